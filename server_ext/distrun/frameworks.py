@@ -116,8 +116,8 @@ FRAMEWORKS: dict[str, Framework] = {
             ),
             kubeflow_kind="MPIJob",
             container_name="mpi",
-            default_port=22,
-            port_name="ssh",
+            default_port=9999,  # MPIJobDefaultPort; v1 launches through kubectl exec, not ssh
+            port_name="mpi-port",
             completion_roles=("launcher",),
             default_image="docker.io/mpioperator/openmpi:latest",
         ),
