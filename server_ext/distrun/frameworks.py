@@ -47,7 +47,7 @@ FRAMEWORKS: dict[str, Framework] = {
         Framework(
             name="pytorch",
             roles=(
-                Role("master", "Master", max_replicas=1, default_replicas=1),
+                Role("master", "Master", min_replicas=1, max_replicas=1, default_replicas=1),
                 Role("worker", "Worker", default_replicas=1),
             ),
             kubeflow_kind="PyTorchJob",

@@ -157,6 +157,11 @@ def _roles(value: Any, framework: str, limits: Limits) -> dict[str, RoleSpec]:
             )
         roles[name] = _role(name, role_data, limits)
     for role in fw.roles:
+        # A required role the user did not mention gets its default ("%worker=2" on PyTorch
+        # implies the one master the operator requires); an explicit 0 is still an error.
+        if role.name not in roles and role.min_replicas > 0:
+            roles[role.name] = RoleSpec(max(role.default_replicas, role.min_replicas))
+    for role in fw.roles:
         count = roles[role.name].replicas if role.name in roles else 0
         if count < role.min_replicas:
             raise SpecError(
