@@ -99,13 +99,12 @@ def test_pytorch_operator_variables_come_in_the_operators_append_order() -> None
     ]
 
 
-def test_pytorch_without_master_gets_no_rank_world_size_or_master_addr() -> None:
-    # setPodEnv sets MASTER_*, WORLD_SIZE and RANK only when a Master replica spec exists.
-    spec = make_spec("pytorch", master=0, worker=2)
-    for env in envs(spec).values():
-        assert not {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "PET_NODE_RANK"} & set(env)
-        assert env["PET_NNODES"] == "2"
-        assert env["PET_NPROC_PER_NODE"] == "auto"
+def test_pytorch_job_needs_its_one_master_as_the_operator_webhook_requires() -> None:
+    # Without a Master the operator sets no MASTER_*/RANK/WORLD_SIZE (elastic mode, which the
+    # spec cannot express), so the spec insists on exactly one master.
+    with pytest.raises(SpecError, match="at least 1 master"):
+        make_spec("pytorch", master=0, worker=2)
+    assert make_spec("pytorch", worker=2).roles["master"].replicas == 1
 
 
 def test_pytorch_on_the_cluster_uses_the_master_service_name_and_port_23456() -> None:
