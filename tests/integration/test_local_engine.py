@@ -314,6 +314,9 @@ async def test_cancel_kills_every_replica_process_group(local_engine: LocalEngin
     assert cancelled.state == JobState.CANCELLED
     assert cancelled.reason == "cancelled by the user"
     assert all(replica.state == JobState.CANCELLED for replica in cancelled.replicas)
+    # worker-1 ignores SIGTERM, so the supervisor escalates to SIGKILL after the grace period
+    exit_codes = [replica.exit_code for replica in cancelled.replicas]
+    assert exit_codes == [-signal.SIGTERM, -signal.SIGKILL]
     await wait_until(lambda: all(gone(pid) for pid in children + replicas), "all processes end")
     again = await local_engine.cancel(job.id, "alice")
     assert again.state == JobState.CANCELLED and again.finished_at == cancelled.finished_at

@@ -285,7 +285,8 @@ class LocalEngine:
             supervisor = read_json(files.supervisor)
         except (OSError, ValueError, TypeError):
             return bool(time.time() - job["created_at"] < _LAUNCH_WINDOW_SECONDS)
-        return bool(process_start_time(supervisor["pid"]) == supervisor["start_time"])
+        started = supervisor["start_time"]  # None: it had ended before it was recorded
+        return started is not None and process_start_time(supervisor["pid"]) == started
 
     def _settle(self, files: JobFiles, state: JobState, reason: str | None) -> JobStatus:
         """Finishes a job whose supervisor is gone: kills what is left of its replicas' process
