@@ -222,6 +222,7 @@ class Supervisor:
             env.update(replica_env(self.spec, self.job_id, name, addresses))
         except NotImplementedError:
             env.update(_temporary_replica_env(self.spec, name, addresses))
+        env.setdefault("DISTRUN_REPLICA", name)  # every engine's replicas can tell who they are
         return env
 
     def _start(self, replica: _Replica) -> None:
