@@ -1,0 +1,511 @@
+"""The local engine: every replica is a process on this machine, no cluster needed.
+
+Each job lives in `<state_dir>/jobs/<job_id>/` (see `supervisor.JobFiles`) and is run by its
+own detached supervisor process; this engine writes the job directory, starts the supervisor,
+and afterwards answers only from the files, so jobs and logs outlive a server restart. File
+work runs in threads: nothing here blocks the event loop for longer than a `stat`.
+"""
+
+import asyncio
+import base64
+import contextlib
+import heapq
+import itertools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .. import jobids
+from ..errors import EngineError, LimitExceeded, NotFound, SpecError
+from ..logstore import LogReader, LogTail
+from ..spec import JobSpec, Limits, check_relative_path
+from ..supervisor import (
+    JobFiles,
+    JobStatus,
+    Runtime,
+    process_start_time,
+    read_json,
+    stored_spec,
+    write_json_atomic,
+)
+from .base import (
+    Cursor,
+    EngineInfo,
+    Job,
+    JobState,
+    JobUpdate,
+    LogBatch,
+    LogEvent,
+    LogLine,
+)
+
+LOST_REASON = "lost: the supervisor process died (was the machine restarted?)"
+# How long a job directory may exist without a recorded supervisor (a submit in progress).
+_LAUNCH_WINDOW_SECONDS = 30.0
+_FAST_POLL = 0.005
+_SLOW_POLL = 0.05
+_LOST_CHECK_SECONDS = 1.0
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+# Runs the supervisor with this copy of distrun importable, whether or not it is installed.
+_LAUNCHER = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from distrun.supervisor import main; sys.exit(main(sys.argv[2:]))"
+)
+
+
+class LocalEngine:
+    name = "local"
+
+    def __init__(
+        self,
+        state_dir: Path,
+        limits: Limits,
+        python: str = sys.executable,
+        grace_seconds: float = 5.0,
+    ) -> None:
+        self.limits = limits
+        self.python = python
+        self.grace_seconds = grace_seconds
+        self._jobs_dir = Path(state_dir) / "jobs"
+        self._submit_lock = asyncio.Lock()
+        self._watchers: dict[str, _JobWatcher] = {}
+
+    async def info(self) -> EngineInfo:
+        return EngineInfo(
+            name=self.name,
+            description="Runs every replica as a process on the Jupyter server's own machine.",
+            available=True,
+            options={"python": self.python},
+        )
+
+    async def submit(self, spec: JobSpec, owner: str) -> Job:
+        async with self._submit_lock:  # the unfinished-job count must not race
+            unfinished = [job for job in await self.list_jobs(owner) if not job.state.terminal]
+            if len(unfinished) >= self.limits.max_jobs_per_user:
+                raise LimitExceeded(
+                    f"you have {len(unfinished)} unfinished jobs, the limit is "
+                    f"{self.limits.max_jobs_per_user}; cancel or wait for one first"
+                )
+            files = await asyncio.to_thread(self._create_job_dir, spec, owner)
+        await asyncio.to_thread(self._launch, files)
+        return await self.get_job(files.dir.name, owner)
+
+    async def list_jobs(self, owner: str) -> list[Job]:
+        return await asyncio.to_thread(self._list_jobs, owner)
+
+    async def get_job(self, job_id: str, owner: str) -> Job:
+        return await asyncio.to_thread(self._load_job, job_id, owner)
+
+    async def cancel(self, job_id: str, owner: str) -> Job:
+        await asyncio.to_thread(self._cancel, job_id, owner)
+        return await self.get_job(job_id, owner)
+
+    async def delete(self, job_id: str, owner: str) -> None:
+        await asyncio.to_thread(self._cancel, job_id, owner)
+        files = self._files(job_id)
+        await asyncio.to_thread(shutil.rmtree, files.dir, ignore_errors=True)
+
+    async def read_logs(
+        self,
+        job_id: str,
+        owner: str,
+        *,
+        since: Cursor | None = None,
+        replicas: set[str] | None = None,
+        limit: int = 10_000,
+    ) -> list[LogLine]:
+        if limit < 1:
+            raise SpecError(f"limit must be at least 1, not {limit}", field="limit")
+        job = await self.get_job(job_id, owner)
+        names = _selected_replicas(job, replicas)
+        starts = _start_seqs(names, since)
+        return await asyncio.to_thread(self._read_logs, self._files(job_id), starts, limit)
+
+    async def follow(
+        self,
+        job_id: str,
+        owner: str,
+        *,
+        since: Cursor | None = None,
+        replicas: set[str] | None = None,
+        max_batch: int = 5_000,
+    ) -> AsyncIterator[LogEvent]:
+        if max_batch < 1:
+            raise SpecError(f"max_batch must be at least 1, not {max_batch}", field="max_batch")
+        job = await self.get_job(job_id, owner)
+        names = _selected_replicas(job, replicas)
+        files = self._files(job_id)
+        readers = [LogReader(files.logs, name) for name in names]
+        starts = _start_seqs(names, since)
+        tails = [reader.tail(starts[reader.replica]) for reader in readers]
+        watcher = self._watch(job_id, job)
+        try:
+            sent = job
+            yield JobUpdate(job)
+            while True:
+                version = watcher.version
+                if watcher.job != sent:
+                    sent = watcher.job
+                    yield JobUpdate(sent)
+                settled = watcher.settled  # read before the logs: then empty means the end
+                lines = await asyncio.to_thread(_read_batch, tails, max_batch)
+                if lines:
+                    yield LogBatch(lines)
+                elif settled:
+                    return
+                else:
+                    await watcher.wait_for_change(version)
+        finally:
+            self._unwatch(job_id)
+            for reader in readers:
+                reader.close()
+
+    async def close(self) -> None:
+        for watcher in self._watchers.values():
+            watcher.stop()
+        self._watchers.clear()
+
+    # --- the job directory ---
+
+    def _files(self, job_id: str) -> JobFiles:
+        return JobFiles(self._jobs_dir / jobids.check_job_id(job_id))
+
+    def _create_job_dir(self, spec: JobSpec, owner: str) -> JobFiles:
+        entrypoint = "main.ipy" if _needs_ipython(spec.code) else "main.py"
+        if entrypoint in spec.files:
+            raise SpecError(f"a shipped file cannot be named {entrypoint}", field="files")
+        self._jobs_dir.mkdir(parents=True, exist_ok=True)
+        files = self._new_job_dir(spec.name)
+        try:
+            files.code.mkdir()
+            for path, content in spec.files.items():
+                target = files.code / check_relative_path(path)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(base64.b64decode(content))
+            (files.code / entrypoint).write_text(spec.code)
+        except OSError as error:
+            shutil.rmtree(files.dir, ignore_errors=True)
+            raise SpecError(
+                f"the shipped files cannot be written: {error}", field="files"
+            ) from None
+        runtime = Runtime(
+            self.python, entrypoint, self.grace_seconds, self.limits.max_log_line_bytes
+        )
+        job = {
+            "id": files.dir.name,
+            "owner": owner,
+            "created_at": time.time(),
+            "spec": spec.to_dict(),
+            "runtime": asdict(runtime),
+        }
+        write_json_atomic(files.status, JobStatus.pending(spec).to_json())
+        write_json_atomic(files.job, job)  # last: a job.json means a complete directory
+        return files
+
+    def _new_job_dir(self, name: str) -> JobFiles:
+        for _ in range(20):
+            job_dir = self._jobs_dir / jobids.new_job_id(name)
+            try:
+                job_dir.mkdir()
+            except FileExistsError:
+                continue
+            return JobFiles(job_dir)
+        raise EngineError("could not find a free job id; try again")
+
+    def _launch(self, files: JobFiles) -> None:
+        try:
+            with open(files.supervisor_log, "ab") as log:
+                process = subprocess.Popen(
+                    [sys.executable, "-c", _LAUNCHER, _PACKAGE_PARENT, str(files.dir)],
+                    cwd=files.dir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,  # detached: it outlives this server
+                )
+        except OSError as error:
+            self._settle(files, JobState.FAILED, f"could not start the supervisor: {error}")
+            raise EngineError(f"could not start the job's supervisor: {error}") from None
+        started = process_start_time(process.pid)
+        write_json_atomic(files.supervisor, {"pid": process.pid, "start_time": started})
+        # Reap it when it ends, so it never lingers as a zombie of this server.
+        threading.Thread(target=process.wait, name=f"reap-{process.pid}", daemon=True).start()
+
+    # --- reading state ---
+
+    def _list_jobs(self, owner: str) -> list[Job]:
+        if not self._jobs_dir.is_dir():
+            return []
+        jobs = []
+        for job_dir in self._jobs_dir.iterdir():
+            with contextlib.suppress(NotFound):
+                jobs.append(self._load_job(job_dir.name, owner))
+        return sorted(jobs, key=lambda job: job.created_at, reverse=True)
+
+    def _load_job(self, job_id: str, owner: str) -> Job:
+        return self._snapshot(job_id, owner)[0]
+
+    def _snapshot(self, job_id: str, owner: str) -> tuple[Job, JobStatus]:
+        files = self._files(job_id)
+        job = self._read_job_json(files, owner)
+        status = self._current_status(files, job)
+        return _to_job(job, status), status
+
+    def _read_job_json(self, files: JobFiles, owner: str) -> dict[str, Any]:
+        try:
+            job = read_json(files.job)
+        except (OSError, ValueError, TypeError):
+            job = {}
+        if job.get("owner") != owner:  # the same answer as for a job that does not exist
+            raise NotFound(f"no job {files.dir.name!r}")
+        return job
+
+    def _current_status(self, files: JobFiles, job: dict[str, Any]) -> JobStatus:
+        """status.json, settled as lost if it says unfinished but its supervisor is dead."""
+        status = _read_status(files, job)
+        if status.finalized or self._supervisor_alive(files, job):
+            return status
+        status = _read_status(files, job)  # it may have finished just before it exited
+        if status.finalized:
+            return status
+        if status.state.terminal:
+            return self._settle(files, status.state, status.reason)
+        return self._settle(files, JobState.FAILED, LOST_REASON)
+
+    def _supervisor_alive(self, files: JobFiles, job: dict[str, Any]) -> bool:
+        try:
+            supervisor = read_json(files.supervisor)
+        except (OSError, ValueError, TypeError):
+            return bool(time.time() - job["created_at"] < _LAUNCH_WINDOW_SECONDS)
+        started = supervisor["start_time"]  # None: it had ended before it was recorded
+        return started is not None and process_start_time(supervisor["pid"]) == started
+
+    def _settle(self, files: JobFiles, state: JobState, reason: str | None) -> JobStatus:
+        """Finishes a job whose supervisor is gone: kills what is left of its replicas' process
+        groups (their leaders died with the supervisor) and records the outcome."""
+        job = read_json(files.job)
+        status = _read_status(files, job)
+        for pid in status.pids.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        now = time.time()
+        if not status.state.terminal:
+            status.state, status.reason, status.finished_at = state, reason, now
+        for replica in status.replicas:
+            if not replica.state.terminal:
+                replica.state = state
+                replica.reason = reason
+                replica.finished_at = now
+        status.finalized = True
+        write_json_atomic(files.status, status.to_json())
+        return status
+
+    # --- cancelling ---
+
+    def _cancel(self, job_id: str, owner: str) -> None:
+        files = self._files(job_id)
+        job = self._read_job_json(files, owner)
+        if self._current_status(files, job).finalized:
+            return
+        deadline = time.monotonic() + self.grace_seconds + 10
+        self._signal_supervisor(files, signal.SIGTERM)
+        while self._supervisor_alive(files, job) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if self._supervisor_alive(files, job):  # stuck: its replicas die with it
+            self._signal_supervisor(files, signal.SIGKILL)
+        status = _read_status(files, job)
+        if not status.finalized:
+            self._settle(files, JobState.CANCELLED, "cancelled by the user")
+
+    def _signal_supervisor(self, files: JobFiles, signum: int) -> None:
+        try:
+            supervisor = read_json(files.supervisor)
+            pidfd = os.pidfd_open(supervisor["pid"])
+        except (OSError, ValueError, TypeError):
+            return
+        try:
+            # Through a pidfd checked against the recorded start time: a reused pid is safe.
+            if process_start_time(supervisor["pid"]) == supervisor["start_time"]:
+                signal.pidfd_send_signal(pidfd, signum)
+        except ProcessLookupError:
+            pass
+        finally:
+            os.close(pidfd)
+
+    # --- logs ---
+
+    def _read_logs(self, files: JobFiles, starts: dict[str, int], limit: int) -> list[LogLine]:
+        per_replica = []
+        for name, seq in starts.items():
+            reader = LogReader(files.logs, name)
+            per_replica.append(reader.read(seq, limit))
+            reader.close()
+        merged = heapq.merge(*per_replica, key=lambda line: line.time)
+        return list(itertools.islice(merged, limit))
+
+    def _watch(self, job_id: str, job: Job) -> "_JobWatcher":
+        watcher = self._watchers.get(job_id)
+        if watcher is None:
+            watcher = self._watchers[job_id] = _JobWatcher(self, job_id, job)
+        watcher.followers += 1
+        return watcher
+
+    def _unwatch(self, job_id: str) -> None:
+        watcher = self._watchers.get(job_id)
+        if watcher is None:
+            return
+        watcher.followers -= 1
+        if watcher.followers == 0:
+            watcher.stop()
+            del self._watchers[job_id]
+
+
+class _JobWatcher:
+    """One poller per followed job, shared by all its followers: it watches the sizes of the
+    job's log files and status.json and wakes the followers on any change. Followers read
+    the logs themselves, each at its own pace, so a slow one holds nothing up."""
+
+    def __init__(self, engine: LocalEngine, job_id: str, job: Job) -> None:
+        self.job = job
+        self.settled = False  # finalized: status and logs will not change any more
+        self.version = 0
+        self.followers = 0
+        self._engine = engine
+        self._job_id = job_id
+        self._files = engine._files(job_id)
+        self._changed = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._poll())
+
+    async def wait_for_change(self, version: int) -> None:
+        while self.version == version and not self.settled:
+            await self._changed.wait()
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+    async def _poll(self) -> None:
+        interval = _FAST_POLL
+        last_logs: tuple[object, ...] = ()
+        last_status: object = None
+        last_status_check = time.monotonic()
+        try:
+            while not self.settled:
+                status, logs = self._stat()
+                now = time.monotonic()
+                if status != last_status or now - last_status_check > _LOST_CHECK_SECONDS:
+                    last_status, last_status_check = status, now
+                    await self._refresh_status()
+                if logs != last_logs:
+                    last_logs = logs
+                    self._notify()
+                    interval = _FAST_POLL
+                else:
+                    interval = min(interval * 2, _SLOW_POLL)
+                await asyncio.sleep(interval)
+        except NotFound:  # deleted while followed: nothing more will come
+            self.settled = True
+        self._notify()
+
+    async def _refresh_status(self) -> None:
+        job, status = await asyncio.to_thread(self._engine._snapshot, self._job_id, self.job.owner)
+        if job != self.job or status.finalized:
+            self.job = job
+            self.settled = status.finalized
+            self._notify()
+
+    def _stat(self) -> tuple[object, tuple[object, ...]]:
+        """Cheap fingerprints of status.json and of every log; `stat` does not block for long."""
+        return _fingerprint(self._files.status), tuple(
+            _fingerprint(path) for path in sorted(self._files.logs.glob("*.log"))
+        )
+
+    def _notify(self) -> None:
+        self.version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+
+def _fingerprint(path: Path) -> object:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _read_batch(tails: list[LogTail], max_batch: int) -> list[LogLine]:
+    """Up to about `max_batch` new lines, shared fairly among replicas, in capture order."""
+    quota = max(1, max_batch // len(tails)) if tails else 0
+    lines: list[LogLine] = []
+    for tail in tails:
+        lines += tail.read(quota)
+    lines.sort(key=lambda line: line.time)  # stable: each replica keeps its seq order
+    return lines
+
+
+def _read_status(files: JobFiles, job: dict[str, Any]) -> JobStatus:
+    try:
+        return JobStatus.from_json(read_json(files.status))
+    except FileNotFoundError:
+        return JobStatus.pending(stored_spec(job))
+
+
+def _to_job(job: dict[str, Any], status: JobStatus) -> Job:
+    spec = stored_spec(job)
+    reason = status.reason
+    if status.state == JobState.PENDING and reason is None:
+        reason = "starting the replicas"
+    return Job(
+        id=job["id"],
+        name=spec.name,
+        owner=job["owner"],
+        engine=LocalEngine.name,
+        framework=spec.framework,
+        state=status.state,
+        created_at=job["created_at"],
+        replicas=status.replicas,
+        spec=spec,
+        started_at=status.started_at,
+        finished_at=status.finished_at,
+        reason=reason,
+        failed_replica=status.failed_replica,
+        last_lines=status.last_lines,
+    )
+
+
+def _selected_replicas(job: Job, replicas: set[str] | None) -> list[str]:
+    names = [replica.name for replica in job.replicas]
+    if replicas is None:
+        return names
+    unknown = sorted(replicas - set(names))
+    if unknown:
+        raise SpecError(
+            f"job {job.id} has no replica {', '.join(unknown)}; its replicas are "
+            f"{', '.join(names)}",
+            field="replicas",
+        )
+    return [name for name in names if name in replicas]
+
+
+def _start_seqs(names: list[str], since: Cursor | None) -> dict[str, int]:
+    since = since or {}
+    starts = {}
+    for name in names:
+        seq = since.get(name, 0)
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise SpecError(f"the cursor for {name} must be a seq >= 0, not {seq!r}", field="since")
+        starts[name] = seq
+    return starts
+
+
+def _needs_ipython(code: str) -> bool:
+    # TEMPORARY: distrun.magics.needs_ipython is being written in parallel; switch to it.
+    return any(line.lstrip().startswith(("%", "!")) for line in code.splitlines())

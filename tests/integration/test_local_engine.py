@@ -1,0 +1,483 @@
+"""The local engine with real supervisor and replica processes (framework "generic")."""
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import textwrap
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from distrun.engines.base import Job, JobState, JobUpdate, LogBatch, LogLine
+from distrun.engines.local import LOST_REASON, LocalEngine
+from distrun.errors import LimitExceeded, NotFound, SpecError
+from distrun.spec import JobSpec, Limits
+from distrun.supervisor import process_start_time
+
+pytestmark = pytest.mark.integration
+
+EngineFactory = Callable[..., LocalEngine]  # the make_local_engine fixture
+WAIT = 60.0  # generous: the machine may be loaded
+
+
+def spec(code: str, replicas: int = 1, **fields: Any) -> JobSpec:
+    return JobSpec.from_dict(
+        {
+            "framework": "generic",
+            "roles": {"worker": {"replicas": replicas}},
+            "code": textwrap.dedent(code),
+            **fields,
+        }
+    )
+
+
+async def follow_to_end(
+    engine: LocalEngine, job: Job, owner: str = "alice", **kwargs: Any
+) -> tuple[Job, list[LogLine]]:
+    """Every event of `follow` until it ends: the last job state and every line."""
+    lines: list[LogLine] = []
+    last = job
+
+    async def consume() -> None:
+        nonlocal last
+        async for event in engine.follow(job.id, owner, **kwargs):
+            if isinstance(event, LogBatch):
+                lines.extend(event.lines)
+            else:
+                last = event.job
+
+    await asyncio.wait_for(consume(), WAIT)
+    return last, lines
+
+
+async def wait_until(check: Callable[[], Any], what: str) -> Any:
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+async def wait_for_lines(engine: LocalEngine, job: Job, count: int) -> list[LogLine]:
+    async def enough() -> list[LogLine]:
+        while True:
+            lines = await engine.read_logs(job.id, "alice")
+            if len(lines) >= count:
+                return lines
+            await asyncio.sleep(0.02)
+
+    return await asyncio.wait_for(enough(), WAIT)
+
+
+def gone(pid: int) -> bool:
+    """True once `pid` no longer exists (or is a zombie nobody has reaped yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return process_start_time(pid) is None
+
+
+def by_replica(lines: list[LogLine]) -> dict[str, list[LogLine]]:
+    result: dict[str, list[LogLine]] = {}
+    for line in lines:
+        result.setdefault(line.replica, []).append(line)
+    return result
+
+
+def job_status(engine: LocalEngine, job: Job) -> dict[str, Any]:
+    path = engine._jobs_dir / job.id / "status.json"
+    return dict(json.loads(path.read_text()))
+
+
+async def test_multi_replica_job_succeeds_and_every_line_arrives_with_gap_free_seqs(
+    local_engine: LocalEngine,
+) -> None:
+    code = """
+        import os
+        for i in range(1500):
+            print(os.environ["DISTRUN_REPLICA"], i)
+    """
+    job = await local_engine.submit(spec(code, replicas=3), "alice")
+    assert job.state == JobState.PENDING and job.owner == "alice"
+    final, lines = await follow_to_end(local_engine, job)
+    assert final.state == JobState.SUCCEEDED, final.reason
+    assert [(r.name, r.state, r.exit_code) for r in final.replicas] == [
+        (f"worker-{i}", JobState.SUCCEEDED, 0) for i in range(3)
+    ]
+    per_replica = by_replica(lines)
+    assert sorted(per_replica) == ["worker-0", "worker-1", "worker-2"]
+    for name, replica_lines in per_replica.items():
+        assert [line.seq for line in replica_lines] == list(range(1500))
+        assert [line.text for line in replica_lines] == [f"{name} {i}" for i in range(1500)]
+    assert final.finished_at is not None and final.started_at is not None
+
+
+async def test_logs_are_readable_from_any_offset_and_per_replica(
+    local_engine: LocalEngine,
+) -> None:
+    code = """
+        import os
+        for i in range(3000):
+            print(os.environ["DISTRUN_REPLICA"], i)
+    """
+    job = await local_engine.submit(spec(code, replicas=2), "alice")
+    await follow_to_end(local_engine, job)
+    lines = await local_engine.read_logs(
+        job.id, "alice", since={"worker-1": 2047}, replicas={"worker-1"}, limit=3
+    )
+    assert [(line.replica, line.seq, line.text) for line in lines] == [
+        ("worker-1", seq, f"worker-1 {seq}") for seq in (2047, 2048, 2049)
+    ]
+    both = await local_engine.read_logs(job.id, "alice", since={"worker-0": 2999, "worker-1": 2999})
+    assert sorted((line.replica, line.seq) for line in both) == [
+        ("worker-0", 2999),
+        ("worker-1", 2999),
+    ]
+    merged = await local_engine.read_logs(job.id, "alice", limit=6000)
+    assert len(merged) == 6000
+    assert [line.time for line in merged] == sorted(line.time for line in merged)
+    with pytest.raises(SpecError, match="no replica worker-7"):
+        await local_engine.read_logs(job.id, "alice", replicas={"worker-7"})
+    with pytest.raises(SpecError, match="seq >= 0"):
+        await local_engine.read_logs(job.id, "alice", since={"worker-0": -1})
+
+
+async def test_partial_lines_invalid_utf8_long_lines_and_ansi_codes_survive(
+    local_engine: LocalEngine,
+) -> None:
+    code = """
+        import sys, time
+        out = sys.stdout.buffer
+        out.write(b"part"); out.flush(); time.sleep(0.3)
+        out.write(b"ial\\n")
+        out.write(b"bad \\xff\\xfe bytes\\n")
+        out.write(b"x" * (1024 * 1024) + b"\\n")
+        out.write(b"\\x1b[32mgreen\\x1b[0m\\r50%\\r100%\\n")
+        out.flush()
+        sys.stderr.write("to stderr\\n"); sys.stderr.flush()
+        out.write(b"no newline at the end")
+    """
+    job = await local_engine.submit(spec(code), "alice")
+    final, lines = await follow_to_end(local_engine, job)
+    assert final.state == JobState.SUCCEEDED, final.reason
+    assert [line.text for line in lines] == [
+        "partial",
+        "bad \ufffd\ufffd bytes",
+        "x" * (1024 * 1024),
+        "\x1b[32mgreen\x1b[0m\r50%\r100%",
+        "to stderr",
+        "no newline at the end",
+    ]
+    assert [line.seq for line in lines] == list(range(6))
+
+
+async def test_a_line_over_max_log_line_bytes_is_split(make_local_engine: EngineFactory) -> None:
+    engine = make_local_engine(limits=Limits(max_log_line_bytes=1000))
+    job = await engine.submit(spec("print('y' * 2500)"), "alice")
+    _, lines = await follow_to_end(engine, job)
+    assert [len(line.text) for line in lines] == [1000, 1000, 500]
+
+
+async def test_a_crashing_replica_fails_the_job_with_its_name_exit_code_and_last_lines(
+    local_engine: LocalEngine,
+) -> None:
+    code = """
+        import os, sys, time
+        if os.environ["DISTRUN_REPLICA"] == "worker-1":
+            for i in range(30):
+                print("step", i)
+            sys.exit(3)
+        print("waiting", flush=True)
+        time.sleep(120)
+    """
+    job = await local_engine.submit(spec(code, replicas=2), "alice")
+    final, _ = await follow_to_end(local_engine, job)
+    assert final.state == JobState.FAILED
+    assert final.failed_replica == "worker-1"
+    assert final.reason == "worker-1 failed: exit code 3"
+    assert final.last_lines == [f"step {i}" for i in range(10, 30)]
+    survivor, crashed = final.replicas
+    assert (crashed.state, crashed.exit_code) == (JobState.FAILED, 3)
+    assert survivor.state == JobState.CANCELLED
+    assert survivor.reason == "stopped because worker-1 failed"
+    assert survivor.exit_code == -signal.SIGTERM
+    assert all(gone(pid) for pid in job_status(local_engine, job)["pids"].values())
+
+
+async def test_a_replica_killed_by_sigkill_is_reported_as_such(local_engine: LocalEngine) -> None:
+    code = """
+        import os, signal
+        print("about to be killed", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """
+    job = await local_engine.submit(spec(code), "alice")
+    final, _ = await follow_to_end(local_engine, job)
+    assert final.state == JobState.FAILED
+    assert final.reason == "worker-0 failed: killed by SIGKILL (out of memory?)"
+    assert final.replicas[0].exit_code == -signal.SIGKILL
+    assert final.last_lines == ["about to be killed"]
+
+
+async def test_on_failure_restarts_the_replica_and_its_seqs_continue(
+    local_engine: LocalEngine,
+) -> None:
+    code = """
+        import pathlib, sys
+        attempts = pathlib.Path("attempts")
+        attempt = len(attempts.read_text()) if attempts.exists() else 0
+        attempts.write_text("x" * (attempt + 1))
+        print("attempt", attempt)
+        sys.exit(0 if attempt == 2 else 1)
+    """
+    job = await local_engine.submit(
+        spec(code, restart_policy="OnFailure", backoff_limit=3), "alice"
+    )
+    final, lines = await follow_to_end(local_engine, job)
+    assert final.state == JobState.SUCCEEDED, final.reason
+    assert final.replicas[0].restarts == 2
+    assert [line.seq for line in lines] == list(range(5))
+    texts = [line.text for line in lines]
+    assert texts[0::2] == ["attempt 0", "attempt 1", "attempt 2"]
+    assert texts[1] == "[distrun] restarting worker-0 (restart 1/3 of the job) after exit code 1"
+    assert texts[3].startswith("[distrun] restarting worker-0 (restart 2/3")
+
+
+async def test_the_job_fails_once_its_backoff_limit_is_spent(local_engine: LocalEngine) -> None:
+    job = await local_engine.submit(
+        spec("raise SystemExit(5)", restart_policy="Always", backoff_limit=1), "alice"
+    )
+    final, lines = await follow_to_end(local_engine, job)
+    assert final.state == JobState.FAILED
+    assert final.reason == "worker-0 failed: exit code 5"
+    assert final.replicas[0].restarts == 1
+    assert sum(line.text.startswith("[distrun] restarting") for line in lines) == 1
+
+
+async def test_exit_code_policy_restarts_signals_but_not_permanent_codes(
+    local_engine: LocalEngine,
+) -> None:
+    killed_once = """
+        import os, pathlib, signal
+        marker = pathlib.Path("killed-once")
+        if not marker.exists():
+            marker.write_text("")
+            os.kill(os.getpid(), signal.SIGKILL)
+        print("second attempt")
+    """
+    job = await local_engine.submit(
+        spec(killed_once, restart_policy="ExitCode", backoff_limit=2), "alice"
+    )
+    final, _ = await follow_to_end(local_engine, job)
+    assert (final.state, final.replicas[0].restarts) == (JobState.SUCCEEDED, 1)
+
+    permanent = await local_engine.submit(
+        spec("raise SystemExit(2)", restart_policy="ExitCode", backoff_limit=2), "alice"
+    )
+    final, _ = await follow_to_end(local_engine, permanent)
+    assert (final.state, final.replicas[0].restarts) == (JobState.FAILED, 0)
+
+
+async def test_a_job_past_its_deadline_fails_with_deadline_exceeded(
+    local_engine: LocalEngine,
+) -> None:
+    code = "import time\nprint('started', flush=True)\ntime.sleep(120)\n"
+    job = await local_engine.submit(spec(code, replicas=2, active_deadline_seconds=1), "alice")
+    final, _ = await follow_to_end(local_engine, job)
+    assert final.state == JobState.FAILED
+    assert final.reason is not None and final.reason.startswith("DeadlineExceeded")
+    assert all(replica.state == JobState.CANCELLED for replica in final.replicas)
+
+
+async def test_cancel_kills_every_replica_process_group(local_engine: LocalEngine) -> None:
+    code = """
+        import os, signal, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        if os.environ["DISTRUN_REPLICA"] == "worker-1":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # needs the SIGKILL after the grace
+        print("child", child.pid, flush=True)
+        time.sleep(120)
+    """
+    job = await local_engine.submit(spec(code, replicas=2), "alice")
+    lines = await wait_for_lines(local_engine, job, 2)
+    children = [int(line.text.split()[1]) for line in lines]
+    replicas = list(job_status(local_engine, job)["pids"].values())
+    assert not any(gone(pid) for pid in children + replicas)
+
+    cancelled = await local_engine.cancel(job.id, "alice")
+    assert cancelled.state == JobState.CANCELLED
+    assert cancelled.reason == "cancelled by the user"
+    assert all(replica.state == JobState.CANCELLED for replica in cancelled.replicas)
+    # worker-1 ignores SIGTERM, so the supervisor escalates to SIGKILL after the grace period
+    exit_codes = [replica.exit_code for replica in cancelled.replicas]
+    assert exit_codes == [-signal.SIGTERM, -signal.SIGKILL]
+    await wait_until(lambda: all(gone(pid) for pid in children + replicas), "all processes end")
+    again = await local_engine.cancel(job.id, "alice")
+    assert again.state == JobState.CANCELLED and again.finished_at == cancelled.finished_at
+
+
+async def test_a_restarted_server_sees_the_job_follows_its_logs_and_can_cancel_it(
+    make_local_engine: EngineFactory,
+) -> None:
+    code = """
+        import time
+        for i in range(100000):
+            print("tick", i, flush=True)
+            time.sleep(0.02)
+    """
+    first, second = make_local_engine(), make_local_engine()
+    job = await first.submit(spec(code), "alice")
+    seen = await wait_for_lines(first, job, 5)
+    await first.close()
+
+    assert [j.id for j in await second.list_jobs("alice")] == [job.id]
+    resumed: list[LogLine] = []
+    async for event in second.follow(job.id, "alice", since={"worker-0": 5}):
+        if isinstance(event, LogBatch):
+            resumed += event.lines
+            if len(resumed) >= 10:
+                break
+    assert [line.seq for line in resumed[:10]] == list(range(5, 15))
+    assert seen[4].text == "tick 4" and resumed[0].text == "tick 5"
+
+    cancelled = await second.cancel(job.id, "alice")
+    assert cancelled.state == JobState.CANCELLED
+    final, lines = await follow_to_end(second, job, since={"worker-0": 15})
+    assert final.state == JobState.CANCELLED
+    assert [line.seq for line in lines] == list(range(15, 15 + len(lines)))
+
+
+async def test_killing_the_supervisor_kills_its_replicas_and_the_job_is_reported_lost(
+    local_engine: LocalEngine,
+) -> None:
+    code = "import time\nprint('up', flush=True)\ntime.sleep(120)\n"
+    job = await local_engine.submit(spec(code, replicas=2), "alice")
+    await wait_for_lines(local_engine, job, 2)
+    replicas = list(job_status(local_engine, job)["pids"].values())
+    supervisor = json.loads((local_engine._jobs_dir / job.id / "supervisor.json").read_text())
+    os.kill(supervisor["pid"], signal.SIGKILL)
+
+    await wait_until(lambda: all(gone(pid) for pid in replicas), "the replicas die with it")
+    lost = await local_engine.get_job(job.id, "alice")
+    assert lost.state == JobState.FAILED
+    assert lost.reason == LOST_REASON
+    assert all(replica.state == JobState.FAILED for replica in lost.replicas)
+    final, lines = await follow_to_end(local_engine, job)
+    assert final.state == JobState.FAILED and [line.text for line in lines] == ["up", "up"]
+
+
+async def test_other_owners_get_not_found_for_every_operation(local_engine: LocalEngine) -> None:
+    job = await local_engine.submit(spec("print('secret')"), "alice")
+    await follow_to_end(local_engine, job)
+
+    async def follow_as_bob() -> None:
+        async for _ in local_engine.follow(job.id, "bob"):
+            pass
+
+    operations = [
+        local_engine.get_job(job.id, "bob"),
+        local_engine.cancel(job.id, "bob"),
+        local_engine.delete(job.id, "bob"),
+        local_engine.read_logs(job.id, "bob"),
+        follow_as_bob(),
+    ]
+    for operation in operations:
+        with pytest.raises(NotFound, match=f"^no job '{job.id}'$"):
+            await operation
+    assert await local_engine.list_jobs("bob") == []
+    assert (await local_engine.get_job(job.id, "alice")).state == JobState.SUCCEEDED
+    with pytest.raises(NotFound, match="^no job 'job-zzzzz'$"):
+        await local_engine.get_job("job-zzzzz", "bob")
+    for bad_id in ("../../etc", "a/b", "", "A-UPPER", "x" * 41):
+        with pytest.raises(NotFound):
+            await local_engine.get_job(bad_id, "alice")
+
+
+async def test_follow_delivers_every_line_exactly_once_to_a_slow_consumer(
+    local_engine: LocalEngine,
+) -> None:
+    code = """
+        import os
+        for i in range(400):
+            print(os.environ["DISTRUN_REPLICA"], i)
+    """
+    job = await local_engine.submit(spec(code, replicas=2), "alice")
+    lines: list[LogLine] = []
+    updates: list[JobState] = []
+    async for event in local_engine.follow(job.id, "alice", max_batch=7):
+        if isinstance(event, LogBatch):
+            assert 0 < len(event.lines) <= 7
+            lines += event.lines
+            await asyncio.sleep(0.005)  # a slow consumer
+        else:
+            assert isinstance(event, JobUpdate)
+            updates.append(event.job.state)
+    assert updates[-1] == JobState.SUCCEEDED
+    for name, replica_lines in by_replica(lines).items():
+        assert [line.text for line in replica_lines] == [f"{name} {i}" for i in range(400)]
+    assert len(lines) == 800
+
+
+async def test_many_followers_share_one_poller(local_engine: LocalEngine) -> None:
+    code = "for i in range(200):\n    print(i)\n"
+    job = await local_engine.submit(spec(code), "alice")
+    results = await asyncio.gather(*(follow_to_end(local_engine, job) for _ in range(20)))
+    assert all([line.seq for line in lines] == list(range(200)) for _, lines in results)
+    assert local_engine._watchers == {}  # the last follower stopped it
+
+
+async def test_unfinished_jobs_per_user_are_limited(make_local_engine: EngineFactory) -> None:
+    engine = make_local_engine(limits=Limits(max_jobs_per_user=1))
+    job = await engine.submit(spec("import time; time.sleep(120)"), "alice")
+    with pytest.raises(LimitExceeded, match="1 unfinished jobs, the limit is 1"):
+        await engine.submit(spec("print(1)"), "alice")
+    other = await engine.submit(spec("print(1)"), "bob")
+    assert other.owner == "bob"
+    await engine.cancel(job.id, "alice")
+    assert (await engine.submit(spec("print(1)"), "alice")).owner == "alice"
+
+
+async def test_delete_cancels_a_running_job_and_forgets_it(local_engine: LocalEngine) -> None:
+    job = await local_engine.submit(
+        spec("import time; print('on', flush=True); time.sleep(120)"), "alice"
+    )
+    await wait_for_lines(local_engine, job, 1)
+    replicas = list(job_status(local_engine, job)["pids"].values())
+    await local_engine.delete(job.id, "alice")
+    assert all(gone(pid) for pid in replicas)
+    assert await local_engine.list_jobs("alice") == []
+    with pytest.raises(NotFound):
+        await local_engine.get_job(job.id, "alice")
+
+
+async def test_code_with_magics_runs_under_ipython_next_to_shipped_files(
+    local_engine: LocalEngine,
+) -> None:
+    code = """
+        data = open("data/input.txt").read().strip()
+        !echo from-the-shell
+        print("read", data)
+    """
+    files = {"data/input.txt": base64.b64encode(b"hello\n").decode()}
+    job = await local_engine.submit(spec(code, files=files), "alice")
+    final, lines = await follow_to_end(local_engine, job)
+    assert final.state == JobState.SUCCEEDED, final.reason
+    assert [line.text for line in lines] == ["from-the-shell", "read hello"]
+
+
+async def test_a_missing_replica_python_fails_the_job_with_a_clear_reason(
+    make_local_engine: EngineFactory,
+) -> None:
+    engine = make_local_engine(python="/nonexistent/python3")
+    job = await engine.submit(spec("print(1)", replicas=2), "alice")
+    final, _ = await follow_to_end(engine, job)
+    assert final.state == JobState.FAILED
+    assert final.failed_replica == "worker-0"
+    assert final.reason is not None and "could not start" in final.reason
+    assert "/nonexistent/python3" in final.reason

@@ -1,0 +1,144 @@
+import os
+from pathlib import Path
+
+import pytest
+
+from distrun.logstore import (
+    INDEX_EVERY,
+    LineSplitter,
+    LogReader,
+    LogWriter,
+    index_path,
+    log_path,
+)
+
+
+def _write(log_dir: Path, count: int, replica: str = "worker-0") -> None:
+    writer = LogWriter(log_dir, replica)
+    writer.append([(1000.0 + i, f"line {i}") for i in range(count)])
+    writer.close()
+
+
+def test_reading_from_any_seq_returns_that_line_onwards(tmp_path: Path) -> None:
+    _write(tmp_path, 3 * INDEX_EVERY + 10)
+    reader = LogReader(tmp_path, "worker-0")
+    for start in (0, 1, INDEX_EVERY - 1, INDEX_EVERY, 2 * INDEX_EVERY + 5, 3 * INDEX_EVERY + 9):
+        lines = reader.read(start, 3)
+        assert [line.seq for line in lines] == list(range(start, min(start + 3, 3 * 1024 + 10)))
+        assert lines[0].text == f"line {start}"
+        assert lines[0].time == 1000.0 + start
+    assert reader.read(3 * INDEX_EVERY + 10, 5) == []
+    reader.close()
+
+
+def test_index_holds_the_offset_of_every_1024th_record(tmp_path: Path) -> None:
+    _write(tmp_path, 2 * INDEX_EVERY + 1)
+    entries = index_path(tmp_path, "worker-0").read_bytes()
+    assert len(entries) == 3 * 8
+    data = log_path(tmp_path, "worker-0").read_bytes()
+    second = int.from_bytes(entries[8:16], "little")
+    assert data[second:].startswith(b"%d\tline %d\n" % ((1000 + INDEX_EVERY) * 1000, INDEX_EVERY))
+    assert data[second - 1 : second] == b"\n"
+
+
+def test_a_torn_record_is_never_returned(tmp_path: Path) -> None:
+    _write(tmp_path, 2)
+    with open(log_path(tmp_path, "worker-0"), "ab") as log:
+        log.write(b"1234\thalf a li")
+    reader = LogReader(tmp_path, "worker-0")
+    tail = reader.tail(0)
+    assert [line.text for line in tail.read(10)] == ["line 0", "line 1"]
+    assert tail.read(10) == []
+    with open(log_path(tmp_path, "worker-0"), "ab") as log:
+        log.write(b"ne\n")
+    assert [(line.seq, line.text) for line in tail.read(10)] == [(2, "half a line")]
+
+
+def test_reopened_writer_drops_a_torn_tail_and_continues_seqs(tmp_path: Path) -> None:
+    _write(tmp_path, INDEX_EVERY + 3)
+    with open(log_path(tmp_path, "worker-0"), "ab") as log:
+        log.write(b"99\ttorn")
+    writer = LogWriter(tmp_path, "worker-0")
+    assert writer.next_seq == INDEX_EVERY + 3
+    writer.append([(2000.0, "after restart")])
+    writer.close()
+    lines = LogReader(tmp_path, "worker-0").read(INDEX_EVERY, 10)
+    assert [line.text for line in lines][-2:] == [f"line {INDEX_EVERY + 2}", "after restart"]
+    assert lines[-1].seq == INDEX_EVERY + 3
+
+
+def test_reopened_writer_rebuilds_a_lost_index(tmp_path: Path) -> None:
+    _write(tmp_path, 2 * INDEX_EVERY + 1)
+    before = index_path(tmp_path, "worker-0").read_bytes()
+    os.truncate(index_path(tmp_path, "worker-0"), 5)  # a torn index entry
+    LogWriter(tmp_path, "worker-0").close()
+    assert index_path(tmp_path, "worker-0").read_bytes() == before
+
+
+def test_tail_follows_appends_without_rescanning(tmp_path: Path) -> None:
+    writer = LogWriter(tmp_path, "worker-0")
+    tail = LogReader(tmp_path, "worker-0").tail(0)
+    assert tail.read(10) == []
+    writer.append([(1.0, "a"), (2.0, "b")])
+    assert [line.text for line in tail.read(1)] == ["a"]
+    offset = tail.offset
+    writer.append([(3.0, "c")])
+    assert [line.text for line in tail.read(10)] == ["b", "c"]
+    assert tail.offset > offset and tail.next_seq == 3
+
+
+def test_text_with_tabs_carriage_returns_and_ansi_codes_round_trips(tmp_path: Path) -> None:
+    text = "\x1b[31mred\x1b[0m\tcol\rprogress 50%\r ünï ✓"
+    writer = LogWriter(tmp_path, "worker-0")
+    writer.append([(1.5, text), (1.5, "")])
+    assert [line.text for line in LogReader(tmp_path, "worker-0").read(0, 5)] == [text, ""]
+
+
+def test_a_line_longer_than_the_read_chunk_is_read_whole(tmp_path: Path) -> None:
+    long = "x" * (3 * 1024 * 1024)
+    writer = LogWriter(tmp_path, "worker-0")
+    writer.append([(1.0, long), (2.0, "next")])
+    lines = LogReader(tmp_path, "worker-0").read(0, 5)
+    assert [len(line.text) for line in lines] == [len(long), 4]
+
+
+def test_read_stops_at_the_byte_budget_but_returns_at_least_one_line(tmp_path: Path) -> None:
+    writer = LogWriter(tmp_path, "worker-0")
+    writer.append([(1.0, "y" * 1000) for _ in range(10)])
+    tail = LogReader(tmp_path, "worker-0").tail(0)
+    assert len(tail.read(100, max_bytes=10)) == 1
+    assert len(tail.read(100, max_bytes=2500)) == 3
+
+
+def test_a_missing_log_reads_as_empty(tmp_path: Path) -> None:
+    reader = LogReader(tmp_path, "nobody-0")
+    assert reader.read(0, 10) == [] and reader.size() == 0
+
+
+def test_writer_rejects_a_line_with_a_newline(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        LogWriter(tmp_path, "worker-0").append([(1.0, "two\nlines")])
+
+
+def test_splitter_holds_a_partial_line_until_its_newline() -> None:
+    splitter = LineSplitter(100)
+    assert splitter.feed(b"hel") == []
+    assert splitter.feed(b"lo\nwor") == [b"hello"]
+    assert splitter.feed(b"ld\n\n") == [b"world", b""]
+    assert splitter.feed(b"tail") == []
+    assert splitter.flush() == [b"tail"]
+    assert splitter.flush() == []
+
+
+def test_splitter_cuts_long_lines_at_the_limit() -> None:
+    splitter = LineSplitter(4)
+    assert splitter.feed(b"abcdefghij\n") == [b"abcd", b"efgh", b"ij"]
+    assert splitter.feed(b"abcd\n") == [b"abcd"]
+    assert splitter.feed(b"abcd") == []  # may still be followed by its newline
+    assert splitter.feed(b"e") == [b"abcd"]
+
+
+def test_splitter_does_not_cut_inside_a_utf8_character() -> None:
+    splitter = LineSplitter(4)
+    lines = splitter.feed("aaé€\n".encode())  # b"aa\xc3\xa9\xe2\x82\xac\n"
+    assert lines == ["aaé".encode(), "€".encode()]
