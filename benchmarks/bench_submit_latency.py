@@ -15,8 +15,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from _common import median, ms, require_local_engine, skip, use_repo_package
+
+if TYPE_CHECKING:
+    from distrun.engines.base import Engine
 
 REPLICAS = 3
 REPLICA_CODE = 'import os\nprint("hello from", os.environ.get("RANK", "?"), flush=True)\n'
@@ -40,7 +44,7 @@ def bare_processes(script: Path) -> tuple[float, float]:
     return first, every
 
 
-async def through_local_engine(engine: object, owner: str) -> tuple[float, float]:
+async def through_local_engine(engine: "Engine", owner: str) -> tuple[float, float]:
     from distrun.engines.base import LogBatch
     from distrun.spec import JobSpec
 
@@ -48,19 +52,22 @@ async def through_local_engine(engine: object, owner: str) -> tuple[float, float
         {"framework": "generic", "roles": {"worker": {"replicas": REPLICAS}}, "code": REPLICA_CODE}
     )
     start = time.perf_counter()
-    job = await engine.submit(spec, owner)  # type: ignore[attr-defined]
-    first = every = None
+    job = await engine.submit(spec, owner)
+    first: float | None = None
+    every: float | None = None
     seen: set[str] = set()
-    async for event in engine.follow(job.id, owner):  # type: ignore[attr-defined]
+    async for event in engine.follow(job.id, owner):
         if isinstance(event, LogBatch) and event.lines:
             now = time.perf_counter() - start
             first = first if first is not None else now
             seen.update(line.replica for line in event.lines)
             if every is None and len(seen) == REPLICAS:
                 every = now
-    final = await engine.get_job(job.id, owner)  # type: ignore[attr-defined]
-    if final.state.value != "succeeded" or first is None or every is None:
+    final = await engine.get_job(job.id, owner)
+    if final.state.value != "succeeded":
         skip(f"the benchmark job did not succeed: {final.state.value}, {final.reason}")
+    if first is None or every is None:
+        skip(f"the benchmark job's replicas did not all print: {sorted(seen)}")
     return first, every
 
 
