@@ -1,0 +1,63 @@
+"""What every benchmark shares: the repo's package on the path, statistics, skipping."""
+
+import importlib
+import os
+import socket
+import statistics
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def use_repo_package() -> None:
+    """Import distrun from this checkout, here and in every process the benchmark starts
+    (the local engine's supervisor runs as `python -m distrun.supervisor`)."""
+    source = str(REPO / "server_ext")
+    sys.path.insert(0, source)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [source, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    )
+
+
+def skip(why: str) -> NoReturn:
+    print(f"SKIPPED: {why}")
+    sys.exit(0)
+
+
+def require_local_engine() -> None:
+    """Skip, saying why, unless the local engine and the replica environment are in place."""
+    try:
+        importlib.import_module("distrun.engines.local")
+        from distrun.replica_env import Address, replica_env
+        from distrun.spec import JobSpec
+    except ImportError as error:
+        skip(f"the local engine is not available ({error})")
+    spec = JobSpec.from_dict({"framework": "generic", "code": ""})
+    try:
+        replica_env(spec, "probe", "worker-0", {"worker-0": Address("127.0.0.1", 29500)})
+    except NotImplementedError:
+        skip("distrun.replica_env is not implemented yet")
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """The value below which `fraction` of the values fall (nearest rank)."""
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))
+    return ordered[index]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:8.1f} ms"

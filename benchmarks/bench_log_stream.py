@@ -1,0 +1,318 @@
+"""Log streaming through a real jupyter_server with the distrun extension, against the floor:
+the same replica processes read straight from their pipes.
+
+    python benchmarks/bench_log_stream.py [--lines-per-replica 10000] [--repetitions 3]
+
+Eight replicas of one generic job each print lines carrying their write time (`time.time()`).
+The server side is the whole path a user meets: the local engine captures the lines, the
+websocket `/distrun/jobs/{id}/logs/stream` sends them, a client here receives them. Latency is
+receipt time minus write time per line; throughput is lines received per second from the start
+signal to the last line. Two loads: flat out (every replica writes as fast as it can) and paced
+(each replica writes 200 lines per second, so latency is not queueing behind a backlog). The
+replicas print "ready" and wait for a start file, so both sides measure only the streaming.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _common import REPO, free_port, median, ms, percentile, skip, use_repo_package
+
+REPLICAS = 8
+PACED_INTERVAL = 0.005  # seconds between lines of one replica: 200 lines/s each
+PACED_LINES = 400  # two seconds
+SERVER_START_TIMEOUT = 90.0
+RUN_TIMEOUT = 100.0
+
+REPLICA_CODE = """\
+import os, sys, time
+from pathlib import Path
+
+lines = int(os.environ["BENCH_LINES"])
+interval = float(os.environ["BENCH_INTERVAL"])
+start_file = Path(os.environ["BENCH_START_FILE"])
+print("ready", flush=True)
+give_up = time.time() + 60
+while not start_file.exists():
+    if time.time() > give_up:
+        sys.exit("no start signal within 60 s")
+    time.sleep(0.002)
+padding = "x" * 60
+for i in range(lines):
+    sys.stdout.write(f"{time.time():.6f} {i:08d} {padding}\\n")
+    sys.stdout.flush()
+    if interval:
+        time.sleep(interval)
+"""
+
+
+@dataclass
+class Receiver:
+    """Counts what one run received; touches the start file once every replica is ready."""
+
+    start_file: Path
+    expected: int
+    ready: int = 0
+    started_at: float = 0.0
+    last_at: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+
+    def receive(self, texts: list[str], now: float) -> None:
+        for text in texts:
+            if text == "ready":
+                self.ready += 1
+                if self.ready == REPLICAS:
+                    self.started_at = time.time()
+                    self.start_file.touch()
+            elif text[:1].isdigit():
+                self.latencies.append(now - float(text.split(" ", 1)[0]))
+                self.last_at = now
+
+    @property
+    def done(self) -> bool:
+        return len(self.latencies) >= self.expected
+
+    def result(self) -> "Result":
+        return Result(
+            p50=percentile(self.latencies, 0.50),
+            p99=percentile(self.latencies, 0.99),
+            lines_per_second=len(self.latencies) / max(self.last_at - self.started_at, 1e-9),
+        )
+
+
+@dataclass(frozen=True)
+class Result:
+    p50: float
+    p99: float
+    lines_per_second: float
+
+
+def replica_env(lines: int, interval: float, start_file: Path) -> dict[str, str]:
+    return {
+        "BENCH_LINES": str(lines),
+        "BENCH_INTERVAL": str(interval),
+        "BENCH_START_FILE": str(start_file),
+    }
+
+
+async def through_pipes(lines: int, interval: float, start_file: Path) -> Result:
+    receiver = Receiver(start_file, REPLICAS * lines)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **replica_env(lines, interval, start_file)}
+    processes = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", REPLICA_CODE, env=env, stdout=asyncio.subprocess.PIPE
+        )
+        for _ in range(REPLICAS)
+    ]
+
+    async def read(process: asyncio.subprocess.Process) -> None:
+        assert process.stdout is not None
+        partial = b""
+        while chunk := await process.stdout.read(1 << 16):
+            now = time.time()
+            *complete, partial = (partial + chunk).split(b"\n")
+            receiver.receive([line.decode() for line in complete], now)
+        await process.wait()
+
+    try:
+        await asyncio.wait_for(asyncio.gather(*(read(p) for p in processes)), RUN_TIMEOUT)
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.kill()
+    return receiver.result()
+
+
+class Server:
+    """A real jupyter_server with the distrun extension, on a free loopback port, token auth."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self.token = os.urandom(16).hex()
+        self.log_path = root / "server.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"token {self.token}"}
+
+    def launch(self) -> None:
+        config_dir = self.root / "config"
+        config_dir.mkdir()
+        config = {
+            "ServerApp": {"jpserver_extensions": {"distrun": True}},
+            "DistrunApp": {"state_dir": str(self.root / "state")},
+        }
+        (config_dir / "jupyter_server_config.json").write_text(json.dumps(config))
+        env = {
+            **os.environ,
+            "JUPYTER_CONFIG_DIR": str(config_dir),
+            "JUPYTER_DATA_DIR": str(self.root / "data"),
+            "JUPYTER_RUNTIME_DIR": str(self.root / "runtime"),
+        }
+        argv = [
+            sys.executable,
+            "-m",
+            "jupyter_server",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={self.port}",
+            "--ServerApp.port_retries=0",
+            f"--ServerApp.root_dir={self.root}",
+            f"--IdentityProvider.token={self.token}",
+        ]
+        if os.geteuid() == 0:
+            argv.append("--allow-root")
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    async def wait_until_ready(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + SERVER_START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                skip(f"jupyter_server exited at start:\n{self.log_tail()}")
+            try:
+                status, _ = await self.request("GET", "/distrun/engines")
+            except OSError:
+                await asyncio.sleep(0.2)
+                continue
+            if status == 200:
+                return
+            skip(f"the distrun server extension is not loaded (GET /distrun/engines: {status})")
+        skip(f"jupyter_server did not answer within {SERVER_START_TIMEOUT:.0f} s")
+
+    async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
+        payload = None if body is None else json.dumps(body)
+        try:
+            response = await AsyncHTTPClient().fetch(
+                self.url + path, method=method, headers=self.headers(), body=payload
+            )
+        except HTTPClientError as error:
+            return error.code, None
+        return response.code, json.loads(response.body or b"null")
+
+    def log_tail(self, lines: int = 20) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+async def through_server(server: Server, lines: int, interval: float, start_file: Path) -> Result:
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    spec = {
+        "framework": "generic",
+        "name": "logbench",
+        "roles": {"worker": {"replicas": REPLICAS}},
+        "code": REPLICA_CODE,
+        "env": replica_env(lines, interval, start_file),
+    }
+    status, job = await server.request("POST", "/distrun/jobs", {"spec": spec})
+    if status != 201:
+        skip(f"POST /distrun/jobs answered {status}, not 201:\n{server.log_tail()}")
+    ws_url = server.url.replace("http", "ws", 1) + f"/distrun/jobs/{job['id']}/logs/stream"
+    connection = await websocket_connect(
+        HTTPRequest(ws_url, headers=server.headers()), max_message_size=256 << 20
+    )
+    receiver = Receiver(start_file, REPLICAS * lines)
+
+    async def receive() -> None:
+        while (frame := await connection.read_message()) is not None:
+            now = time.time()
+            message = json.loads(frame)
+            if message["type"] == "lines":
+                receiver.receive([line[3] for line in message["lines"]], now)
+            elif message["type"] == "error":
+                skip(f"the log stream sent an error: {message['message']}")
+            elif message["type"] == "end":
+                break
+
+    try:
+        await asyncio.wait_for(receive(), RUN_TIMEOUT)
+    finally:
+        connection.close()
+        if not receiver.done:  # stop replicas that would otherwise wait for the start signal
+            await server.request("POST", f"/distrun/jobs/{job['id']}/cancel", {})
+    if not receiver.done:
+        skip(f"the stream ended after {len(receiver.latencies)} of {receiver.expected} lines")
+    return receiver.result()
+
+
+def report(title: str, pipes: list[Result], server: list[Result]) -> None:
+    print(title)
+    print(f"{'':28}{'p50 latency':>14}{'p99 latency':>14}{'lines/s':>12}")
+    for name, runs in (("straight from pipes", pipes), ("jupyter_server websocket", server)):
+        p50 = median([r.p50 for r in runs])
+        p99 = median([r.p99 for r in runs])
+        rate = median([r.lines_per_second for r in runs])
+        print(f"{name:28}{ms(p50):>14}{ms(p99):>14}{rate:12,.0f}")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines-per-replica", type=int, default=10_000)
+    parser.add_argument("--repetitions", type=int, default=3)
+    args = parser.parse_args()
+    use_repo_package()
+    if not (REPO / "server_ext" / "distrun" / "app.py").exists():
+        skip("the distrun server extension (distrun.app) is not in this checkout")
+
+    with tempfile.TemporaryDirectory(prefix="distrun-bench-") as tmp:
+        root = Path(tmp)
+        server = Server(root)
+        try:
+            server.launch()
+            await server.wait_until_ready()
+            loads = {
+                "flat out": (args.lines_per_replica, 0.0),
+                "paced, 200 lines/s per replica": (PACED_LINES, PACED_INTERVAL),
+            }
+            results: dict[str, tuple[list[Result], list[Result]]] = {}
+            run = 0
+            for load, (lines, interval) in loads.items():
+                pipes, served = [], []
+                for _ in range(args.repetitions):
+                    run += 1
+                    pipes.append(await through_pipes(lines, interval, root / f"start-{run}-p"))
+                    served.append(
+                        await through_server(server, lines, interval, root / f"start-{run}-s")
+                    )
+                results[load] = (pipes, served)
+        finally:
+            server.stop()
+
+    for load, (pipes, served) in results.items():
+        lines = args.lines_per_replica if load == "flat out" else PACED_LINES
+        report(
+            f"{REPLICAS} replicas x {lines:,} lines, {load}; median of {args.repetitions} runs",
+            pipes,
+            served,
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
