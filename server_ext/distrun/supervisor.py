@@ -28,7 +28,7 @@ from typing import Any
 from .engines.base import JobState, ReplicaStatus
 from .frameworks import FRAMEWORKS
 from .logstore import LineSplitter, LogWriter, decode_line
-from .replica_env import Address, Addresses, replica_env
+from .replica_env import Address, Addresses, mpi_hostfile, replica_env
 from .spec import JobSpec, Limits
 
 LAST_LINES = 20
@@ -196,8 +196,9 @@ class Supervisor:
         self._outcome = loop.create_future()
         loop.add_signal_handler(signal.SIGTERM, self._on_cancel_signal)
         addresses = _loopback_addresses(self.spec.replica_names())
+        hostfile = self._write_hostfile(addresses)
         for status in self.status.replicas:
-            env = self._replica_env(status.name, addresses)
+            env = self._replica_env(status.name, addresses, hostfile)
             self.replicas[status.name] = _Replica(
                 status, env, self.files, self.runtime.max_log_line_bytes
             )
@@ -216,14 +217,17 @@ class Supervisor:
         for replica in self.replicas.values():
             replica.writer.close()
 
-    def _replica_env(self, name: str, addresses: Addresses) -> dict[str, str]:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.spec.env}
-        try:
-            env.update(replica_env(self.spec, self.job_id, name, addresses))
-        except NotImplementedError:
-            env.update(_temporary_replica_env(self.spec, name, addresses))
-        env.setdefault("DISTRUN_REPLICA", name)  # every engine's replicas can tell who they are
-        return env
+    def _replica_env(self, name: str, addresses: Addresses, hostfile: str | None) -> dict[str, str]:
+        injected = replica_env(self.spec, self.job_id, name, addresses, hostfile_path=hostfile)
+        return {**os.environ, **injected}
+
+    def _write_hostfile(self, addresses: Addresses) -> str | None:
+        """The MPI launcher's hostfile, listing the workers' loopback addresses."""
+        if self.spec.framework != "mpi":
+            return None
+        path = self.files.dir / "hostfile"
+        path.write_text(mpi_hostfile(self.spec, addresses))
+        return str(path)
 
     def _start(self, replica: _Replica) -> None:
         read_end, write_end = os.pipe()
@@ -435,20 +439,6 @@ def _loopback_addresses(names: list[str]) -> Addresses:
     finally:
         for sock in sockets:
             sock.close()
-
-
-def _temporary_replica_env(spec: JobSpec, name: str, addresses: Addresses) -> dict[str, str]:
-    # TEMPORARY: used only while distrun.replica_env.replica_env raises NotImplementedError
-    # (it is being written in parallel). Delete this once the real one is merged.
-    names = spec.replica_names()
-    master = addresses[names[0]]
-    return {
-        "RANK": str(names.index(name)),
-        "WORLD_SIZE": str(len(names)),
-        "MASTER_ADDR": master.host,
-        "MASTER_PORT": str(master.port),
-        "DISTRUN_REPLICA": name,
-    }
 
 
 def main(argv: list[str] | None = None) -> int:
