@@ -51,37 +51,36 @@ def test_ciao_clean_policy_values_map_to_the_operators_names(written, policy):
 
 
 def test_every_ciao_and_distrun_key_lands_in_its_spec_field():
-    cell = "\n".join(
-        [
-            "%framework=tensorflow",
-            "%name=mnist-run",
-            "%engine=local",
-            "%namespace=team-a",
-            "%image=docker.io/tensorflow/tensorflow:2.18.0",
-            "%chief=1",
-            "%ps=2",
-            "%worker=3",
-            "%evaluator=1",
-            "%cpu=1",
-            "%memory=2Gi",
-            "%gpu=1",
-            "%worker.cpu=4",
-            "%worker.memory=8Gi",
-            "%worker.gpu=2",
-            "%restartPolicy=OnFailure",
-            "%backoffLimit=3",
-            "%deadline=600",
-            "%cleanPolicy=running",
-            "%ttl=3600",
-            "%queue=default",
-            "%priorityClass=high",
-            "%env=LEARNING_RATE=0.01",
-            "%env=MODE=a=b",
-            "%files=train.py,data/b.csv",
-            "%files=conf.yaml",
-            "train()",
-        ]
-    )
+    lines = [
+        "%framework=tensorflow",
+        "%name=mnist-run",
+        "%engine=local",
+        "%namespace=team-a",
+        "%image=docker.io/tensorflow/tensorflow:2.18.0",
+        "%chief=1",
+        "%ps=2",
+        "%worker=3",
+        "%evaluator=1",
+        "%cpu=1",
+        "%memory=2Gi",
+        "%gpu=1",
+        "%worker.cpu=4",
+        "%worker.memory=8Gi",
+        "%worker.gpu=2",
+        "%restartPolicy=OnFailure",
+        "%backoffLimit=3",
+        "%deadline=600",
+        "%cleanPolicy=running",
+        "%ttl=3600",
+        "%queue=default",
+        "%priorityClass=high",
+        "%env=LEARNING_RATE=0.01",
+        "%env=MODE=a=b",
+        "%files=train.py,data/b.csv",
+        "%files=conf.yaml",
+        "train()",
+    ]
+    cell = "\n".join(lines)
     parsed = parse_cell(cell)
     every_role = {"cpu": "1", "memory": "2Gi", "gpu": 1}
     assert parsed.spec_fields == {
@@ -261,10 +260,12 @@ def test_crlf_header_lines_are_read_and_blanked_keeping_the_line_count():
 
 
 def test_traceback_line_numbers_of_the_code_match_the_cell():
-    cell = "%%distrun --framework generic\n%worker=1\n# comment\n\nx = 1\nraise ValueError('boom')\n"
+    cell = (
+        "%%distrun --framework generic\n%worker=1\n# comment\n\nx = 1\nraise ValueError('boom')\n"
+    )
     code = parse_cell(cell).code
     with pytest.raises(ValueError) as raised:
-        exec(compile(code, "<cell>", "exec"), {})
+        exec(compile(code, "<cell>", "exec"), {})  # noqa: S102 - our own test code
     frame = traceback.extract_tb(raised.value.__traceback__)[-1]
     assert frame.lineno == 6 == cell.split("\n").index("raise ValueError('boom')") + 1
 
@@ -347,7 +348,11 @@ def test_traceback_line_numbers_of_the_code_match_the_cell():
         ("%%distrun --framework pytorch 2\n", 1, "unexpected argument '2'"),
         ("%%distrun --framework pytorch --workers\n", 1, "expected one argument"),
         ("%%distrun --framework 'pytorch\n", 1, "No closing quotation; close the quote"),
-        ("%%distrun --framework pytorch --workers -2\n", 1, "cannot be negative; write --workers 2"),
+        (
+            "%%distrun --framework pytorch --workers -2\n",
+            1,
+            "cannot be negative; write --workers 2",
+        ),
         ("%%distrun --framework pytorch --role-resources cpu=2\n", 1, "does not start with a role"),
         (
             "%%distrun --framework pytorch --role-resources worker:disk=2\n",
