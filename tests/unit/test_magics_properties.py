@@ -3,7 +3,7 @@
 import re
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from distrun.errors import LimitExceeded, SpecError
@@ -99,6 +99,8 @@ VALUES = st.sampled_from(
         "2;%image=y",
         "",
         "=",
+        "²",
+        "1e3",
     ]
 )
 FLAGS = st.sampled_from(
@@ -256,6 +258,8 @@ def header_fields(draw: st.DrawFn) -> dict[str, Any]:
 
 @FAST
 @given(fields=header_fields(), files=st.lists(PATH, unique=True, max_size=4))
+# Whitespace other than spaces and tabs is part of a value, also at its ends.
+@example(fields={"framework": "generic", "env": {"A": "\x0bx\u2028", "B": "\x1c"}}, files=[])
 def test_a_rendered_header_parses_back_to_the_same_fields(fields, files):
     parsed = parse_cell(render_header(fields, files) + "train()\n")
     assert parsed.spec_fields == fields
