@@ -654,7 +654,11 @@ def spec_from_cell(
             f"{limits.max_payload_bytes:,} bytes; ship large data through a volume"
         )
     fallback = overrides.get("framework")
-    parsed = _parse(cell, fallback if isinstance(fallback, str) else None)
+    if fallback is not None and not isinstance(fallback, str):
+        raise SpecError(
+            f"framework must be a string; write one of {', '.join(FRAMEWORKS)}", field="framework"
+        )
+    parsed = _parse(cell, fallback)
     fields = _merge({**parsed.spec_fields, "code": parsed.code}, overrides)
     if "framework" not in fields:
         raise SpecError(

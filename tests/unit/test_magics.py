@@ -593,3 +593,8 @@ def test_needs_ipython_on_the_parsed_body_of_a_cell_with_body_magics():
 
 def test_deeply_nested_code_is_left_to_python_without_crashing():
     assert needs_ipython("(" * 10_000 + "1" + ")" * 10_000) is False
+
+
+def test_a_framework_override_that_is_not_a_string_is_a_spec_error():
+    with pytest.raises(SpecError, match="framework must be a string"):
+        spec_from_cell("%worker=2\n", overrides={"framework": ["pytorch"]})

@@ -274,3 +274,27 @@ def test_the_body_after_a_header_is_kept_exactly(fields, body):
     body = "run()\n" + body  # a code line ends the header, whatever follows
     parsed = parse_cell(header + body)
     assert parsed.code == "\n" * header.count("\n") + body
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=8,
+)
+OVERRIDE_KEYS = st.sampled_from(["framework", "roles", "name", "env", "files", "backoff_limit"])
+ROLE_OVERRIDES = st.dictionaries(
+    st.sampled_from(["worker", "master", "ps"]),
+    JSON | st.fixed_dictionaries({}, optional={"replicas": JSON, "resources": JSON}),
+)
+
+
+@FAST
+@given(
+    overrides=st.dictionaries(OVERRIDE_KEYS, JSON)
+    | st.fixed_dictionaries({"roles": ROLE_OVERRIDES})
+)
+def test_spec_from_cell_with_any_json_overrides_raises_only_spec_errors_or_limits(overrides):
+    try:
+        spec_from_cell("%framework=pytorch\n%worker=2;%cpu=1\n%env=A=1\nx", overrides)
+    except (SpecError, LimitExceeded):
+        pass
