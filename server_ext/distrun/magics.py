@@ -320,7 +320,7 @@ class _Header:
         name, eq, value = raw.partition("=")
         if not src.from_flag:  # "%env = K = v": spaces around either "=" are layout
             name, value = name.strip(" \t"), value.strip(" \t")
-        if not eq or not ENV_NAME_RE.match(name):
+        if not eq or not ENV_NAME_RE.fullmatch(name):
             raise SpecError(
                 f"env {raw!r} is not NAME=value with a variable name; "
                 f"write {src.example('KEY=value')}",
