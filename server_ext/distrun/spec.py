@@ -122,9 +122,13 @@ def parse_spec(data: Any, limits: Limits) -> JobSpec:
         backoff_limit=_int(data, "backoff_limit", 0, 0, 100),
         active_deadline_seconds=_optional_int(data, "active_deadline_seconds", 1, 30 * 86400),
         clean_pod_policy=_choice(data, "clean_pod_policy", CLEAN_POD_POLICIES, "None"),
-        ttl_seconds_after_finished=_optional_int(data, "ttl_seconds_after_finished", 0, 365 * 86400),
+        ttl_seconds_after_finished=_optional_int(
+            data, "ttl_seconds_after_finished", 0, 365 * 86400
+        ),
         queue=_optional_match(data, "queue", NAMESPACE_RE, "a queue name like default"),
-        priority_class=_optional_match(data, "priority_class", NAMESPACE_RE, "a PriorityClass name"),
+        priority_class=_optional_match(
+            data, "priority_class", NAMESPACE_RE, "a PriorityClass name"
+        ),
     )
     if spec.payload_bytes() > limits.max_payload_bytes:
         raise LimitExceeded(
@@ -135,7 +139,7 @@ def parse_spec(data: Any, limits: Limits) -> JobSpec:
 
 
 def _framework(value: Any) -> str:
-    if value not in FRAMEWORKS:
+    if not isinstance(value, str) or value not in FRAMEWORKS:
         raise SpecError(
             f"unknown framework {value!r}; write one of {', '.join(FRAMEWORKS)}", field="framework"
         )
@@ -147,7 +151,7 @@ def _roles(value: Any, framework: str, limits: Limits) -> dict[str, RoleSpec]:
     if value is None:
         return default_roles(framework)
     if not isinstance(value, dict):
-        raise SpecError("roles must be an object like {\"worker\": {\"replicas\": 2}}", field="roles")
+        raise SpecError('roles must be an object like {"worker": {"replicas": 2}}', field="roles")
     roles: dict[str, RoleSpec] = {}
     for name, role_data in value.items():
         if name not in fw.role_names:
@@ -187,7 +191,7 @@ def _roles(value: Any, framework: str, limits: Limits) -> dict[str, RoleSpec]:
 def _role(name: str, data: Any, limits: Limits) -> RoleSpec:
     where = f"roles.{name}"
     if not isinstance(data, dict):
-        raise SpecError(f"{where} must be an object like {{\"replicas\": 2}}", field=where)
+        raise SpecError(f'{where} must be an object like {{"replicas": 2}}', field=where)
     unknown = sorted(set(data) - {"replicas", "resources"})
     if unknown:
         raise SpecError(f"{where} has unknown field(s) {', '.join(unknown)}", field=where)
@@ -306,5 +310,7 @@ def _optional_int(data: dict[str, Any], key: str, low: int, high: int) -> int | 
 def _choice(data: dict[str, Any], key: str, choices: tuple[str, ...], default: str) -> str:
     value = data.get(key, default)
     if value not in choices:
-        raise SpecError(f"{key} {value!r} is not valid; write one of {', '.join(choices)}", field=key)
+        raise SpecError(
+            f"{key} {value!r} is not valid; write one of {', '.join(choices)}", field=key
+        )
     return str(value)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .engines.base import JobState, ReplicaStatus
+from .entrypoint import argv as entrypoint_argv
 from .frameworks import FRAMEWORKS
 from .logstore import LineSplitter, LogWriter, decode_line
 from .replica_env import Address, Addresses, mpi_hostfile, replica_env
@@ -63,9 +64,7 @@ class Runtime:
     max_log_line_bytes: int
 
     def argv(self) -> list[str]:
-        if self.entrypoint.endswith(".ipy"):
-            return [self.python, "-m", "IPython", "--no-banner", self.entrypoint]
-        return [self.python, self.entrypoint]
+        return entrypoint_argv(self.python, self.entrypoint)
 
 
 @dataclass

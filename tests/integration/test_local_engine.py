@@ -481,3 +481,19 @@ async def test_a_missing_replica_python_fails_the_job_with_a_clear_reason(
     assert final.failed_replica == "worker-0"
     assert final.reason is not None and "could not start" in final.reason
     assert "/nonexistent/python3" in final.reason
+
+
+async def test_a_cell_with_a_header_and_body_magics_keeps_traceback_line_numbers(
+    local_engine: LocalEngine,
+) -> None:
+    from distrun.magics import spec_from_cell
+
+    cell = "%%distrun --framework generic --workers 1\n%time x = 1\n\n1 / 0\n"
+    job_spec, _ = spec_from_cell(cell)
+    job = await local_engine.submit(job_spec, "alice")
+    final, lines = await follow_to_end(local_engine, job)
+    assert final.state == JobState.FAILED
+    text = "\n".join(line.text for line in lines)
+    assert "Wall time" in text  # the body's %time ran under IPython
+    assert "ZeroDivisionError" in text
+    assert "line 4" in text or "----> 4 " in text  # the cell's own line number

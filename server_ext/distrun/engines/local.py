@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import jobids
+from ..entrypoint import code_file
 from ..errors import EngineError, LimitExceeded, NotFound, SpecError
 from ..logstore import LogReader, LogTail
 from ..spec import JobSpec, Limits, check_relative_path
@@ -179,7 +180,7 @@ class LocalEngine:
         return JobFiles(self._jobs_dir / jobids.check_job_id(job_id))
 
     def _create_job_dir(self, spec: JobSpec, owner: str) -> JobFiles:
-        entrypoint = "main.ipy" if _needs_ipython(spec.code) else "main.py"
+        entrypoint, code = code_file(spec.code)
         if entrypoint in spec.files:
             raise SpecError(f"a shipped file cannot be named {entrypoint}", field="files")
         self._jobs_dir.mkdir(parents=True, exist_ok=True)
@@ -190,7 +191,7 @@ class LocalEngine:
                 target = files.code / check_relative_path(path)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(base64.b64decode(content))
-            (files.code / entrypoint).write_text(spec.code)
+            (files.code / entrypoint).write_text(code)
         except OSError as error:
             shutil.rmtree(files.dir, ignore_errors=True)
             raise SpecError(
@@ -504,8 +505,3 @@ def _start_seqs(names: list[str], since: Cursor | None) -> dict[str, int]:
             raise SpecError(f"the cursor for {name} must be a seq >= 0, not {seq!r}", field="since")
         starts[name] = seq
     return starts
-
-
-def _needs_ipython(code: str) -> bool:
-    # TEMPORARY: distrun.magics.needs_ipython is being written in parallel; switch to it.
-    return any(line.lstrip().startswith(("%", "!")) for line in code.splitlines())
