@@ -442,8 +442,7 @@ def test_spec_from_cell_without_header_or_framework_says_to_add_one():
         ("%framework=pytorch\n%worker=100\n", 2, "roles.worker.replicas must be between 0 and 64"),
         ("%framework=pytorch\n%master=2\n", 2, "pytorch allows at most 1 master replica(s), not 2"),
         ("%framework=generic\n%worker=0\n", 2, "generic needs at least 1 worker replica(s)"),
-        # xgboost's missing master is on no header line.
-        ("%framework=xgboost\n%worker=0\n", None, "needs at least 1 master replica(s)"),
+        ("%framework=mpi\n%launcher=0\n", 2, "mpi needs at least 1 launcher replica(s)"),
         ("%framework=pytorch\n%worker=1\n%gpu=20\n", 3, "resources.gpu must be between 0 and 16"),
         ("%framework=pytorch\n%backoffLimit=500\n", 2, "backoff_limit must be between 0 and 100"),
         ("%framework=pytorch\n%deadline=0\n", 2, "active_deadline_seconds must be between"),
