@@ -23,6 +23,7 @@ from jupyter_server.auth.identity import (
     User,
 )
 from jupyter_server.extension.application import ExtensionApp
+from tornado.websocket import WebSocketHandler
 from traitlets import CaselessStrEnum, Dict, Int, Unicode, default
 
 from .engines.base import Engine, Job
@@ -143,7 +144,8 @@ class DistrunApp(ExtensionApp):
 
     def initialize_settings(self) -> None:
         self.registry = EngineRegistry(self._build_engines(), self.default_engine)
-        self.stream_tasks: set[asyncio.Task[None]] = set()
+        # Open log websockets: follower task -> its handler.
+        self.streams: dict[asyncio.Task[None], WebSocketHandler] = {}
         self.log.info(
             "distrun engines: %s (default %s)", self.registry.names(), self.default_engine
         )
@@ -154,9 +156,10 @@ class DistrunApp(ExtensionApp):
         self.handlers.extend(routes())
 
     async def stop_extension(self) -> None:
-        for task in list(self.stream_tasks):
+        tasks = list(self.streams)
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self.stream_tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.registry.close()
 
     def owner_of(self, user: User) -> str:
@@ -164,10 +167,13 @@ class DistrunApp(ExtensionApp):
             return getpass.getuser()
         return user.username
 
-    def track(self, task: "asyncio.Task[None]") -> None:
+    def track(self, task: "asyncio.Task[None]", handler: WebSocketHandler) -> None:
         """Keep a websocket's follower task until it ends, so a server stop can cancel it."""
-        self.stream_tasks.add(task)
-        task.add_done_callback(self.stream_tasks.discard)
+        self.streams[task] = handler
+        task.add_done_callback(self._forget_stream)
+
+    def _forget_stream(self, task: "asyncio.Task[None]") -> None:
+        self.streams.pop(task, None)
 
     def _owner_source(self) -> str:
         if self.owner_source != "auto":

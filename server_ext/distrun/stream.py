@@ -70,7 +70,7 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
         # Without it, Nagle's algorithm and delayed ACKs hold small frames back ~40 ms.
         self.set_nodelay(True)
         self._task = asyncio.create_task(self._stream(job_id))
-        self.app.track(self._task)
+        self.app.track(self._task, self)
 
     def on_message(self, message: str | bytes) -> None:
         """The client sends nothing this server needs."""
