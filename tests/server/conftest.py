@@ -5,12 +5,13 @@ and several users: the server's token is alice's, BOB_TOKEN is bob's, CAROL_TOKE
 import asyncio
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, ClassVar
 
 import pytest
 from jupyter_server.auth import Authorizer
 from jupyter_server.auth.identity import IdentityProvider, User
+from jupyter_server.serverapp import ServerApp
 
 # The jp_* fixtures (pytest_plugins is only honoured in the rootdir's conftest).
 from pytest_jupyter.jupyter_server import *
@@ -31,6 +32,15 @@ async def jp_asyncio_loop() -> asyncio.AbstractEventLoop:
     """pytest-jupyter's fixtures run on this loop; make it pytest-asyncio's, the one the async
     tests run on (pytest-jupyter's own loop would leave the server on a loop nobody runs)."""
     return asyncio.get_running_loop()
+
+
+@pytest.fixture(autouse=True)
+async def jp_server_cleanup() -> AsyncIterator[None]:
+    """Stop the server (and so the extension) after a test that started one, and only then."""
+    yield
+    if ServerApp.initialized():
+        await ServerApp.instance()._cleanup()
+        ServerApp.clear_instance()
 
 
 class TokenPerUserIdentityProvider(IdentityProvider):
