@@ -27,6 +27,9 @@ from distrun.engines.base import (
 from distrun.errors import DistrunError, LimitExceeded, NotFound
 from distrun.spec import JobSpec, Limits
 
+# Shared by every instance, so ids are unique across engines as real (random) ids are.
+_JOB_NUMBERS = itertools.count(1)
+
 
 @dataclass
 class _Entry:
@@ -44,7 +47,6 @@ class FakeEngine:
         self.fail_with: DistrunError | None = None  # raised by the next call, then cleared
         self._entries: dict[str, _Entry] = {}
         self._order = itertools.count()
-        self._ids = itertools.count(1)
         self._changed = asyncio.Event()
 
     # --- test helpers -------------------------------------------------------------------
@@ -85,7 +87,7 @@ class FakeEngine:
         unfinished = [e for e in self._entries.values() if e.job.owner == owner]
         if sum(not e.job.state.terminal for e in unfinished) >= self.limits.max_jobs_per_user:
             raise LimitExceeded(f"{owner} already has {self.limits.max_jobs_per_user} jobs")
-        job_id = f"{spec.name}-{next(self._ids):05d}"
+        job_id = f"{spec.name}-{next(_JOB_NUMBERS):05d}"
         replicas = [
             ReplicaStatus(name=name, role=name.rsplit("-", 1)[0], index=int(name.rsplit("-", 1)[1]))
             for name in spec.replica_names()
