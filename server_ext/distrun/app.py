@@ -142,10 +142,20 @@ class DistrunApp(ExtensionApp):
         can grow code further, so allow twice the payload plus room for the other fields."""
         return 2 * self.max_payload_bytes + 64 * 1024
 
-    def initialize_settings(self) -> None:
-        self.registry = EngineRegistry(self._build_engines(), self.default_engine)
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._registry: EngineRegistry | None = None
         # Open log websockets: follower task -> its handler.
         self.streams: dict[asyncio.Task[None], WebSocketHandler] = {}
+
+    @property
+    def registry(self) -> EngineRegistry:
+        if self._registry is None:
+            raise RuntimeError("the distrun extension is not initialized")
+        return self._registry
+
+    def initialize_settings(self) -> None:
+        self._registry = EngineRegistry(self._build_engines(), self.default_engine)
         self.log.info(
             "distrun engines: %s (default %s)", self.registry.names(), self.default_engine
         )
@@ -160,7 +170,8 @@ class DistrunApp(ExtensionApp):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self.registry.close()
+        if self._registry is not None:  # None when the extension failed to load
+            await self._registry.close()
 
     def owner_of(self, user: User) -> str:
         if self._owner_source() == "os_user":
