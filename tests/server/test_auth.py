@@ -71,3 +71,20 @@ async def test_a_websocket_without_a_token_is_refused(jp_ws_fetch, jp_fetch):
             "distrun", "jobs", job["id"], "logs", "stream", headers={"Authorization": ""}
         )
     assert caught.value.code == 403
+
+
+async def test_cookie_authenticated_writes_need_the_xsrf_token(http_server_client, jp_auth_header):
+    first = await http_server_client.fetch("/a%40b/distrun/jobs", headers=jp_auth_header)
+    cookies = "; ".join(c.split(";")[0] for c in first.headers.get_list("Set-Cookie"))
+    assert cookies
+    read = await http_server_client.fetch("/a%40b/distrun/jobs", headers={"Cookie": cookies})
+    assert read.code == 200
+    write = await http_server_client.fetch(
+        "/a%40b/distrun/jobs",
+        method="POST",
+        body=json.dumps({"spec": SPEC}),
+        headers={"Cookie": cookies},
+        raise_error=False,
+    )
+    assert write.code == 403
+    assert b"'_xsrf' argument missing" in write.body
