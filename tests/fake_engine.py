@@ -44,6 +44,7 @@ class FakeEngine:
         self.limits = limits or Limits()
         self.closed = False
         self.active_followers = 0
+        self.lines_followed: list[int] = []  # per follower ever started: lines yielded so far
         self.fail_with: DistrunError | None = None  # raised by the next call, then cleared
         self._entries: dict[str, _Entry] = {}
         self._order = itertools.count()
@@ -150,6 +151,8 @@ class FakeEngine:
         cursor = dict(since or {})
         seen_version = -1
         self.active_followers += 1
+        follower = len(self.lines_followed)
+        self.lines_followed.append(0)
         try:
             while True:
                 changed = self._changed
@@ -161,6 +164,7 @@ class FakeEngine:
                 if lines:
                     for line in lines:
                         cursor[line.replica] = line.seq + 1
+                    self.lines_followed[follower] += len(lines)
                     yield LogBatch(lines)
                     continue
                 if entry.job.state.terminal:

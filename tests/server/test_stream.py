@@ -234,3 +234,22 @@ def test_frames_cut_near_the_byte_limit_and_give_a_huge_line_its_own_frame():
 
 def test_frames_of_nothing_is_no_frame():
     assert frames([]) == []
+
+
+async def test_a_client_that_stops_reading_holds_back_only_its_own_follower(
+    api, jp_ws_fetch, fake_engine: FakeEngine, distrun_app
+):
+    job_id = await submit(api)
+    stalled = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+    await eventually(lambda: fake_engine.active_followers == 1)
+    count = 30_000  # 30 MB: more than the loopback socket buffers hold
+    fake_engine.emit(job_id, "worker-0", *[f"{i:08d}" + "x" * 1000 for i in range(count)])
+    fake_engine.finish(job_id)
+    reader = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+    received = sum(len(m["lines"]) for m in await receive_all(reader) if m["type"] == "lines")
+    assert received == count
+    # The stalled client's follower waits on its socket instead of reading ahead into memory.
+    assert fake_engine.lines_followed[0] < count
+    assert len(distrun_app.streams) == 1
+    stalled.close()
+    await eventually(lambda: fake_engine.active_followers == 0 and not distrun_app.streams)
