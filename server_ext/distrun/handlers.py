@@ -225,7 +225,9 @@ class JobsHandler(DistrunHandler):
             raise SpecError("cwd must be a path relative to the server's root", field="cwd")
         try:
             from .magics import spec_from_cell
-        except ImportError:
+        except ModuleNotFoundError as err:
+            if err.name != "distrun.magics":
+                raise
             raise SpecError("this server cannot parse cells yet; send a spec instead") from None
         limits = self.app.limits
         parsed: tuple[JobSpec, list[str]] = spec_from_cell(cell, overrides, limits)
