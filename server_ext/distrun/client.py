@@ -90,7 +90,7 @@ def default_state_dir() -> Path:
     """The local engine's state directory, the same default the server extension uses."""
     from jupyter_core.paths import jupyter_data_dir
 
-    return Path(os.environ.get("DISTRUN_STATE_DIR") or Path(jupyter_data_dir()) / "distrun")
+    return Path(jupyter_data_dir()) / "distrun"
 
 
 def spec_from_text(
@@ -372,8 +372,11 @@ def error_from_response(status: int, body: bytes, what: str) -> DistrunError:
     if not isinstance(payload, dict):
         payload = {}
     message = str(payload.get("message") or payload.get("reason") or f"HTTP {status} for {what}")
-    if status == 401:
-        return ClientError("the server refused the token (HTTP 401); check --token / DISTRUN_TOKEN")
+    if status == 401 or (status == 403 and message == "Forbidden"):
+        # jupyter_server's own refusal of a missing or wrong token, not a distrun Forbidden
+        return ClientError(
+            f"the server refused the request (HTTP {status}); check --token / DISTRUN_TOKEN"
+        )
     if status == 400:
         line = payload.get("line")
         if isinstance(line, int):

@@ -179,14 +179,18 @@ async def stream_job(
         if isinstance(event, LinesEvent):
             if event.lines:
                 emit(console.format_lines(event.lines))
-        else:
-            final = event.job
-            message = console.status_change(final)
-            if message:
-                emit(message)
+            continue
+        final = event.job
+        # The outcome is said last, after the lines that may still follow it.
+        if not JobState(final["state"]).terminal:
+            _emit_change(console, final, emit)
     if not JobState(final["state"]).terminal:
         final = await client.get_job(job["id"])
-        message = console.status_change(final)
-        if message:
-            emit(message)
+    _emit_change(console, final, emit)
     return final
+
+
+def _emit_change(console: Console, job: dict[str, Any], emit: Callable[[str], None]) -> None:
+    message = console.status_change(job)
+    if message:
+        emit(message)

@@ -187,3 +187,12 @@ def test_a_400_keeps_the_line_and_field_and_says_the_line_once() -> None:
 def test_a_response_without_json_still_names_the_request() -> None:
     error = error_from_response(502, b"<html>Bad Gateway</html>", "GET distrun/jobs")
     assert str(error) == "HTTP 502 for GET distrun/jobs"
+
+
+def test_jupyter_servers_own_token_refusal_points_at_the_token() -> None:
+    for status in (401, 403):
+        error = error_from_response(status, b'{"message": "Forbidden", "reason": null}', "GET x")
+        assert isinstance(error, ClientError)
+        assert str(error) == (
+            f"the server refused the request (HTTP {status}); check --token / DISTRUN_TOKEN"
+        )

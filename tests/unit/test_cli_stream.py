@@ -90,3 +90,20 @@ async def test_ctrl_c_cancels_the_job_says_so_and_exits_130(
     ]
     # the handler was removed: the default SIGINT behaviour is back
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+async def test_the_outcome_is_printed_after_lines_that_arrive_behind_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    client = FakeClient(
+        [
+            StatusEvent(job("failed", reason="worker-1 exited with code 3")),
+            LinesEvent([LogLine("worker-1", 0, 1.0, "Traceback")]),
+        ]
+    )
+    code = await follow_until_done(client, job("running"), Console())  # type: ignore[arg-type]
+    assert code == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "worker-1 | Traceback",
+        "[distrun] job j-abcde failed: worker-1 exited with code 3",
+    ]
