@@ -251,7 +251,8 @@ OpenStream = Callable[[Cursor], Awaitable[MessageStream]]
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    attempts: int = 6  # consecutive failed connections before giving up
+    # Consecutive failed connections before giving up: about 30 s, enough for a server restart.
+    attempts: int = 10
     first_delay: float = 0.25
     max_delay: float = 5.0
 
