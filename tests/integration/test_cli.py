@@ -366,6 +366,31 @@ def test_following_resumes_across_a_server_restart_without_losing_or_repeating_l
         ]
 
 
+async def test_the_server_client_submits_a_cell_follows_it_and_reads_its_logs(
+    server: Server,
+) -> None:
+    from distrun.client import LinesEvent, ServerClient, StatusEvent
+
+    client = ServerClient(server.url, TOKEN)
+    job = await client.submit_cell(TWO_WORKERS)
+    events = [event async for event in client.follow(job["id"])]
+    streamed = {(line.replica, line.seq, line.text)
+                for e in events if isinstance(e, LinesEvent) for line in e.lines}  # fmt: skip
+    assert streamed == {
+        ("worker-0", 0, "hello from worker-0"),
+        ("worker-1", 0, "hello from worker-1"),
+    }
+    statuses = [e.job["state"] for e in events if isinstance(e, StatusEvent)]
+    assert statuses[-1] == "succeeded"
+    page = await client.logs(job["id"], replicas=["worker-1"])
+    assert [(line.replica, line.text) for line in page.lines] == [
+        ("worker-1", "hello from worker-1")
+    ]
+    assert page.next == {"worker-1": 1}
+    await client.delete(job["id"])
+    assert job["id"] not in {j["id"] for j in await client.list_jobs()}
+
+
 # --- the kernel extension in a real ipykernel ------------------------------------------------
 
 
@@ -467,3 +492,22 @@ def test_interrupting_the_kernel_cancels_the_job_and_says_so(
     assert f"[distrun] job {job_id} cancelled" in text
     assert output[-1] == ("error", "KeyboardInterrupt")
     assert json.loads(distrun(env, "status", job_id, "--json").stdout)["state"] == "cancelled"
+
+
+def test_a_kernel_with_distrun_url_submits_through_the_server(
+    env: dict[str, str], server: Server, tmp_path: Path
+) -> None:
+    # A data dir of its own: a job the kernel ran in-process would land there, not in the server
+    remote = {**env, "DISTRUN_URL": server.url, "DISTRUN_TOKEN": TOKEN,
+              "JUPYTER_DATA_DIR": str(tmp_path / "kernel-data")}  # fmt: skip
+    kernel = Kernel(remote, tmp_path)
+    try:
+        assert kernel.execute("%load_ext distrun.kernel_magic") == []
+        text = stdout_of(kernel.execute(TWO_WORKERS))
+    finally:
+        kernel.stop()
+    assert "worker-0 | hello from worker-0\n" in text
+    job_id = text.split("[distrun] submitted job ")[1].split()[0]
+    listed = distrun(env, "ls", "--json", "--url", server.url, "--token", TOKEN)
+    assert job_id in {job["id"] for job in json.loads(listed.stdout)}
+    assert not (tmp_path / "kernel-data" / "distrun" / "jobs").exists()
