@@ -100,6 +100,13 @@ func main() { etcdmain.Main(os.Args) }
 """
 
 
+Report = Callable[[str], None]  # where progress messages go
+
+
+def report_to_stderr(message: str) -> None:
+    print(f"[distrun k8s] {message}", file=sys.stderr, flush=True)
+
+
 class BuildError(RuntimeError):
     """A component could not be built; the message names the command and its output."""
 
@@ -119,23 +126,24 @@ def cache_root() -> Path:
     return Path(base).expanduser() / "k8s"
 
 
-def ensure_all(log: bool = True) -> Binaries:
-    """Every binary and CRD file, building whatever the cache lacks."""
-    kubernetes = ensure_kubernetes(log=log)
-    crd_dirs = [ensure_crds(source, log=log) for source in CRD_SOURCES]
+def ensure_all(report: Report = report_to_stderr) -> Binaries:
+    """Every binary and CRD file, building whatever the cache lacks (quickest first)."""
+    crd_dirs = [ensure_crds(source, report=report) for source in CRD_SOURCES]
+    etcd = ensure_etcd(report=report)
+    kubernetes = ensure_kubernetes(report=report)
     return Binaries(
-        etcd=ensure_etcd(log=log) / "etcd",
+        etcd=etcd / "etcd",
         kube_apiserver=kubernetes / "kube-apiserver",
         kube_controller_manager=kubernetes / "kube-controller-manager",
         kube_scheduler=kubernetes / "kube-scheduler",
-        kwok=ensure_kwok(log=log) / "kwok",
+        kwok=ensure_kwok(report=report) / "kwok",
         crds=tuple(
             d / name for d, s in zip(crd_dirs, CRD_SOURCES, strict=True) for name in s.files
         ),
     )
 
 
-def ensure_kubernetes(log: bool = True) -> Path:
+def ensure_kubernetes(report: Report = report_to_stderr) -> Path:
     def build(src: Path, out: Path) -> None:
         module_dir = go_mod_download("k8s.io/kubernetes", KUBERNETES_VERSION, src)["Dir"]
         kubernetes_go_mod = (Path(module_dir) / "go.mod").read_text()
@@ -147,41 +155,43 @@ def ensure_kubernetes(log: bool = True) -> Path:
         packages = [f"k8s.io/kubernetes/cmd/{command}" for command in KUBERNETES_COMMANDS]
         go_build(src, f"{out}/", packages, version_ldflags(KUBERNETES_VERSION))
 
-    return ensure_component("kubernetes", KUBERNETES_VERSION, build, log=log)
+    return ensure_component("kubernetes", KUBERNETES_VERSION, build, report=report)
 
 
-def ensure_etcd(log: bool = True) -> Path:
+def ensure_etcd(report: Report = report_to_stderr) -> Path:
     def build(src: Path, out: Path) -> None:
         write_go_mod(src, require={"go.etcd.io/etcd/server/v3": ETCD_VERSION}, replace={})
         (src / "main.go").write_text(ETCD_MAIN)
         go_build(src, str(out / "etcd"), ["."], [])
 
-    return ensure_component("etcd", ETCD_VERSION, build, log=log)
+    return ensure_component("etcd", ETCD_VERSION, build, report=report)
 
 
-def ensure_kwok(log: bool = True) -> Path:
+def ensure_kwok(report: Report = report_to_stderr) -> Path:
     def build(src: Path, out: Path) -> None:
         write_go_mod(src, require={"sigs.k8s.io/kwok": KWOK_VERSION}, replace={})
         go_build(src, f"{out}/", ["sigs.k8s.io/kwok/cmd/kwok"], [])
 
-    return ensure_component("kwok", KWOK_VERSION, build, log=log)
+    return ensure_component("kwok", KWOK_VERSION, build, report=report)
 
 
-def ensure_crds(source: CrdSource, log: bool = True) -> Path:
+def ensure_crds(source: CrdSource, report: Report = report_to_stderr) -> Path:
     def copy(src: Path, out: Path) -> None:
         write_go_mod(src, require={}, replace={})
         module_dir = Path(go_mod_download(source.module, source.version, src)["Dir"])
         for name in source.files:
             shutil.copyfile(module_dir / source.directory / name, out / name)
 
-    return ensure_component(f"{source.name}-crds", source.version, copy, log=log, output="crds")
+    return ensure_component(
+        f"{source.name}-crds", source.version, copy, report=report, output="crds"
+    )
 
 
 BuildStep = Callable[[Path, Path], None]  # (throwaway module dir, empty output dir)
 
 
 def ensure_component(
-    name: str, version: str, build: BuildStep, *, log: bool, output: str = "bin"
+    name: str, version: str, build: BuildStep, *, report: Report, output: str = "bin"
 ) -> Path:
     """`<cache>/<name>-<version>/<output>/`, filled by `build` unless a finished one exists."""
     home = cache_root() / f"{name}-{version}"
@@ -192,8 +202,7 @@ def ensure_component(
     with file_lock(home / ".lock"):
         if done.is_dir():  # another test run built it while we waited for the lock
             return done
-        if log:
-            print(f"[distrun k8s] building {name} {version} in {home} ...", file=sys.stderr)
+        report(f"building {name} {version} in {home} (once; minutes on a cold cache) ...")
         started = time.monotonic()
         src, partial = home / "src", home / f"{output}.partial"
         for directory in (src, partial):
@@ -201,9 +210,7 @@ def ensure_component(
             directory.mkdir()
         build(src, partial)
         partial.rename(done)
-        if log:
-            took = time.monotonic() - started
-            print(f"[distrun k8s] built {name} {version} in {took:.0f}s", file=sys.stderr)
+        report(f"built {name} {version} in {time.monotonic() - started:.0f}s")
     return done
 
 
