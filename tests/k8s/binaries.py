@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.8"  # the etcd that Kubernetes v1.36 is built and tested against
 KWOK_VERSION = "v0.8.0"  # lists Kubernetes 1.36 in its supported_releases.txt
@@ -118,7 +120,7 @@ class Binaries:
     kube_controller_manager: Path
     kube_scheduler: Path
     kwok: Path
-    crds: tuple[Path, ...]  # CustomResourceDefinition yaml files, operators' and kwok's
+    crds: tuple[Path, ...]  # CustomResourceDefinitions as JSON, operators' and kwok's
 
 
 def cache_root() -> Path:
@@ -138,7 +140,9 @@ def ensure_all(report: Report = report_to_stderr) -> Binaries:
         kube_scheduler=kubernetes / "kube-scheduler",
         kwok=ensure_kwok(report=report) / "kwok",
         crds=tuple(
-            d / name for d, s in zip(crd_dirs, CRD_SOURCES, strict=True) for name in s.files
+            (d / name).with_suffix(".json")
+            for d, s in zip(crd_dirs, CRD_SOURCES, strict=True)
+            for name in s.files
         ),
     )
 
@@ -155,7 +159,9 @@ def ensure_kubernetes(report: Report = report_to_stderr) -> Path:
         packages = [f"k8s.io/kubernetes/cmd/{command}" for command in KUBERNETES_COMMANDS]
         go_build(src, f"{out}/", packages, version_ldflags(KUBERNETES_VERSION))
 
-    return ensure_component("kubernetes", KUBERNETES_VERSION, build, report=report)
+    return ensure_component(
+        "kubernetes", KUBERNETES_VERSION, build, KUBERNETES_COMMANDS, report=report
+    )
 
 
 def ensure_etcd(report: Report = report_to_stderr) -> Path:
@@ -164,7 +170,7 @@ def ensure_etcd(report: Report = report_to_stderr) -> Path:
         (src / "main.go").write_text(ETCD_MAIN)
         go_build(src, str(out / "etcd"), ["."], [])
 
-    return ensure_component("etcd", ETCD_VERSION, build, report=report)
+    return ensure_component("etcd", ETCD_VERSION, build, ("etcd",), report=report)
 
 
 def ensure_kwok(report: Report = report_to_stderr) -> Path:
@@ -172,7 +178,7 @@ def ensure_kwok(report: Report = report_to_stderr) -> Path:
         write_go_mod(src, require={"sigs.k8s.io/kwok": KWOK_VERSION}, replace={})
         go_build(src, f"{out}/", ["sigs.k8s.io/kwok/cmd/kwok"], [])
 
-    return ensure_component("kwok", KWOK_VERSION, build, report=report)
+    return ensure_component("kwok", KWOK_VERSION, build, ("kwok",), report=report)
 
 
 def ensure_crds(source: CrdSource, report: Report = report_to_stderr) -> Path:
@@ -181,27 +187,43 @@ def ensure_crds(source: CrdSource, report: Report = report_to_stderr) -> Path:
         module_dir = Path(go_mod_download(source.module, source.version, src)["Dir"])
         for name in source.files:
             shutil.copyfile(module_dir / source.directory / name, out / name)
+            # Parsed once here: pure-Python YAML takes seconds for these schemas, JSON does not.
+            manifest = yaml.load((out / name).read_text(), Loader=YAML_LOADER)
+            (out / name).with_suffix(".json").write_text(json.dumps(manifest))
 
+    products = source.files + tuple(str(Path(name).with_suffix(".json")) for name in source.files)
     return ensure_component(
-        f"{source.name}-crds", source.version, copy, report=report, output="crds"
+        f"{source.name}-crds", source.version, copy, products, report=report, output="crds"
     )
 
 
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it
 BuildStep = Callable[[Path, Path], None]  # (throwaway module dir, empty output dir)
 
 
 def ensure_component(
-    name: str, version: str, build: BuildStep, *, report: Report, output: str = "bin"
+    name: str,
+    version: str,
+    build: BuildStep,
+    products: tuple[str, ...],
+    *,
+    report: Report,
+    output: str = "bin",
 ) -> Path:
-    """`<cache>/<name>-<version>/<output>/`, filled by `build` unless a finished one exists."""
+    """`<cache>/<name>-<version>/<output>/` holding `products`, made by `build` if missing."""
     home = cache_root() / f"{name}-{version}"
     done = home / output
-    if done.is_dir():
+
+    def finished() -> bool:
+        return all((done / product).is_file() for product in products)
+
+    if finished():
         return done
     home.mkdir(parents=True, exist_ok=True)
     with file_lock(home / ".lock"):
-        if done.is_dir():  # another test run built it while we waited for the lock
+        if finished():  # another test run built it while we waited for the lock
             return done
+        shutil.rmtree(done, ignore_errors=True)  # left by an older layout of this cache
         report(f"building {name} {version} in {home} (once; minutes on a cold cache) ...")
         started = time.monotonic()
         src, partial = home / "src", home / f"{output}.partial"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import os
 import secrets
 import shutil
@@ -373,7 +374,7 @@ class KubeCluster:
     async def api_client(self, user: str = "admin") -> AsyncIterator[Any]:
         """A `kubernetes_asyncio` ApiClient acting as `user`, loaded from its kubeconfig."""
         client = await kubernetes_asyncio.config.new_client_from_config(
-            config_file=str(self.kubeconfig(user))
+            config_file=str(self.kubeconfig(user)), persist_config=False
         )
         try:
             yield client
@@ -383,17 +384,21 @@ class KubeCluster:
     # -- cluster contents ------------------------------------------------------------------
 
     def install_crds(self) -> None:
+        # Raw responses: turning these large schemas into client models takes seconds each.
         extensions = kubernetes.client.ApiextensionsV1Api(self.admin)
         names = []
         for path in self.binaries.crds:
-            manifest = yaml.safe_load(path.read_text())
-            extensions.create_custom_resource_definition(manifest)
+            manifest = json.loads(path.read_text())
+            extensions.create_custom_resource_definition(manifest, _preload_content=False)
             names.append(manifest["metadata"]["name"])
+
+        def established(name: str) -> bool:
+            response = extensions.read_custom_resource_definition(name, _preload_content=False)
+            conditions = (json.loads(response.data).get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
         for name in names:
-            wait_for(
-                lambda name=name: crd_established(extensions.read_custom_resource_definition(name)),
-                f"CRD {name} to be established",
-            )
+            wait_for(lambda name=name: established(name), f"CRD {name} to be established")
 
     def register_nodes(self) -> None:
         core = kubernetes.client.CoreV1Api(self.admin)
@@ -510,11 +515,6 @@ class KubeCluster:
                 group, version, namespace, plural, pod, existing
             )
         return log
-
-
-def crd_established(crd: Any) -> bool:
-    conditions = (crd.status.conditions if crd.status else None) or []
-    return any(c.type == "Established" and c.status == "True" for c in conditions)
 
 
 def node_ready(node: Any) -> bool:
