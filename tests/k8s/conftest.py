@@ -1,7 +1,7 @@
 """Fixtures of the Kubernetes tier: one real control plane per test session.
 
-The binaries are built (or taken from the cache) once collection is over and only when a test
-of this directory is selected, outside any test's timeout: a cold build takes many minutes.
+The binaries are built (or taken from the cache) once collection is over, only when a selected
+test needs the cluster, and outside any test's timeout: a cold build takes many minutes.
 `kube_cluster` starts the cluster once per session;
 `kube_admin` / `kube_alice` / `kube_bob` are `kubernetes_asyncio` ApiClients acting as each user;
 `kube_namespace` is a fresh namespace (admin-only) removed after the test.
@@ -14,7 +14,6 @@ import os
 import secrets
 import warnings
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,9 +25,6 @@ SKIP_REASON = (
     "\n\n    !!! Kubernetes tier SKIPPED because DISTRUN_SKIP_K8S=1: no real kube-apiserver, "
     "CRD schemas, RBAC or kwok pods were tested. Unset it to run them. !!!\n"
 )
-
-
-HERE = Path(__file__).parent
 
 
 class Build:
@@ -47,7 +43,10 @@ def pytest_report_header() -> str | None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if skipping() or not any(HERE in item.path.parents for item in session.items):
+    needs_cluster = any(
+        "kube_cluster" in getattr(item, "fixturenames", ()) for item in session.items
+    )
+    if skipping() or not needs_cluster:
         return
     terminal = session.config.pluginmanager.get_plugin("terminalreporter")
 
