@@ -191,7 +191,8 @@ class KubeApi:
     def _method(self, res: Resource, verb: str) -> Any:
         if res.group == "":
             kind = {"pods": "pod", "configmaps": "config_map", "events": "event"}[res.plural]
-            method = getattr(self.core, f"{verb}_namespaced_{kind}")
+            core_verb = "read" if verb == "get" else verb
+            method = getattr(self.core, f"{core_verb}_namespaced_{kind}")
 
             async def core_call(namespace: str, *args: Any, **kwargs: Any) -> Any:
                 if verb in ("get", "replace", "delete"):
@@ -208,10 +209,19 @@ class KubeApi:
         return custom_call
 
     async def _raw(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Any:
+        """The unread response; a status outside 2xx is raised as a domain error (a raw
+        response, unlike a preloaded one, does not raise by itself)."""
         try:
-            return await method(*args, _preload_content=False, **kwargs)
+            response = await method(*args, _preload_content=False, **kwargs)
+            if 200 <= response.status < 300:
+                return response
+            body = await response.read()
+            response.release()
         except _CALL_ERRORS as error:
             raise api_error(error, what) from None
+        failure = ApiException(status=response.status, reason=response.reason)
+        failure.body = body.decode("utf-8", "replace")
+        raise api_error(failure, what)
 
     async def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Obj:
         response = await self._raw(what, method, *args, **kwargs)
