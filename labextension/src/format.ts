@@ -3,11 +3,27 @@
  * passed in, so they run the same in the browser and in unit tests.
  */
 
-import { IJob, IReplicaStatus } from './model';
+import { IJob, IReplicaStatus, JobState } from './model';
 
 /** What we need of a translation bundle (`TranslationBundle` satisfies it). */
 export interface ITrans {
   __(msgid: string, ...args: any[]): string;
+}
+
+/** The state in one translated word, for badges. */
+export function stateLabel(state: JobState, trans: ITrans): string {
+  switch (state) {
+    case 'pending':
+      return trans.__('pending');
+    case 'running':
+      return trans.__('running');
+    case 'succeeded':
+      return trans.__('succeeded');
+    case 'failed':
+      return trans.__('failed');
+    case 'cancelled':
+      return trans.__('cancelled');
+  }
 }
 
 /** One status line: `pending`, `running 2/3`, `succeeded in 12 s`, `failed: worker-1 ...`. */
@@ -80,9 +96,17 @@ export function formatDuration(seconds: number, trans: ITrans): string {
     return trans.__('%1 min %2 s', Math.floor(s / 60), s % 60);
   }
   if (s < 86400) {
-    return trans.__('%1 h %2 min', Math.floor(s / 3600), Math.floor(s / 60) % 60);
+    return trans.__(
+      '%1 h %2 min',
+      Math.floor(s / 3600),
+      Math.floor(s / 60) % 60
+    );
   }
-  return trans.__('%1 d %2 h', Math.floor(s / 86400), Math.floor(s / 3600) % 24);
+  return trans.__(
+    '%1 d %2 h',
+    Math.floor(s / 86400),
+    Math.floor(s / 3600) % 24
+  );
 }
 
 /** `just now`, `5 s ago`, `3 min ago`, `2 h ago`, `4 d ago`; times in epoch seconds. */

@@ -19,7 +19,9 @@ export interface IDrained {
 export class LogBuffer {
   constructor(readonly maxLines: number) {
     if (!Number.isInteger(maxLines) || maxLines < 1) {
-      throw new RangeError(`maxLines must be a positive integer, not ${maxLines}`);
+      throw new RangeError(
+        `maxLines must be a positive integer, not ${maxLines}`
+      );
     }
   }
 
@@ -46,7 +48,10 @@ export class LogBuffer {
 
   /** Takes every pending line (at most `maxLines`) and the count of dropped ones. */
   drain(): IDrained {
-    const drained = { lines: this._pending.slice(this._start), skipped: this._skipped };
+    const drained = {
+      lines: this._pending.slice(this._start),
+      skipped: this._skipped
+    };
     this._pending = [];
     this._start = 0;
     this._skipped = 0;

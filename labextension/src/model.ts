@@ -3,11 +3,7 @@
  */
 
 export type JobState =
-  | 'pending'
-  | 'running'
-  | 'succeeded'
-  | 'failed'
-  | 'cancelled';
+  'pending' | 'running' | 'succeeded' | 'failed' | 'cancelled';
 
 export interface IReplicaStatus {
   name: string;
@@ -56,7 +52,12 @@ export interface IJobList {
 }
 
 /** One captured line: replica name, per-replica sequence number, capture time, text. */
-export type LogTuple = [replica: string, seq: number, time: number, text: string];
+export type LogTuple = [
+  replica: string,
+  seq: number,
+  time: number,
+  text: string
+];
 
 /** A server -> client websocket frame of `/distrun/jobs/{id}/logs/stream`. */
 export type StreamMessage =

@@ -7,7 +7,10 @@ import {
 
 describe('replicaColorIndex', () => {
   it('gives each replica of a job its own colour up to the palette size', () => {
-    const replicas = Array.from({ length: PALETTE_SIZE }, (_, i) => `worker-${i}`);
+    const replicas = Array.from(
+      { length: PALETTE_SIZE },
+      (_, i) => `worker-${i}`
+    );
     const colours = replicas.map(r => replicaColorIndex(r, replicas));
     expect(new Set(colours).size).toBe(PALETTE_SIZE);
   });

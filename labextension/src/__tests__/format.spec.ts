@@ -7,7 +7,11 @@ const trans: ITrans = {
     msgid.replace(/%(\d+)/g, (_, n) => String(args[Number(n) - 1]))
 };
 
-function replica(name: string, state: JobState, exitCode: number | null = null): IReplicaStatus {
+function replica(
+  name: string,
+  state: JobState,
+  exitCode: number | null = null
+): IReplicaStatus {
   const [role, index] = name.split('-');
   return {
     name,
@@ -22,7 +26,11 @@ function replica(name: string, state: JobState, exitCode: number | null = null):
   };
 }
 
-function job(state: JobState, replicas: IReplicaStatus[], extra: Partial<IJob> = {}): IJob {
+function job(
+  state: JobState,
+  replicas: IReplicaStatus[],
+  extra: Partial<IJob> = {}
+): IJob {
   return {
     id: 'job-abc',
     name: 'job',
@@ -35,7 +43,10 @@ function job(state: JobState, replicas: IReplicaStatus[], extra: Partial<IJob> =
     finished_at: null,
     replicas,
     replicas_running: replicas.filter(r => r.state === 'running').length,
-    spec: { framework: 'generic', roles: { worker: { replicas: replicas.length } } },
+    spec: {
+      framework: 'generic',
+      roles: { worker: { replicas: replicas.length } }
+    },
     reason: null,
     failed_replica: null,
     last_lines: [],
@@ -46,13 +57,16 @@ function job(state: JobState, replicas: IReplicaStatus[], extra: Partial<IJob> =
 describe('formatStatus', () => {
   it('says pending, with the reason when there is one', () => {
     expect(formatStatus(job('pending', []), trans)).toBe('pending');
-    expect(formatStatus(job('pending', [], { reason: 'waiting for a node' }), trans)).toBe(
-      'pending: waiting for a node'
-    );
+    expect(
+      formatStatus(job('pending', [], { reason: 'waiting for a node' }), trans)
+    ).toBe('pending: waiting for a node');
   });
 
   it('counts running replicas out of all replicas', () => {
-    const replicas = [replica('worker-0', 'running'), replica('worker-1', 'pending')];
+    const replicas = [
+      replica('worker-0', 'running'),
+      replica('worker-1', 'pending')
+    ];
     expect(formatStatus(job('running', replicas), trans)).toBe('running 1/2');
   });
 
@@ -64,11 +78,15 @@ describe('formatStatus', () => {
   });
 
   it('names the failed replica, its exit code and the reason', () => {
-    const failed = job('failed', [replica('worker-0', 'succeeded', 0), replica('worker-1', 'failed', 3)], {
-      failed_replica: 'worker-1',
-      reason: 'worker-1 exited with code 3',
-      finished_at: 110
-    });
+    const failed = job(
+      'failed',
+      [replica('worker-0', 'succeeded', 0), replica('worker-1', 'failed', 3)],
+      {
+        failed_replica: 'worker-1',
+        reason: 'worker-1 exited with code 3',
+        finished_at: 110
+      }
+    );
     expect(formatStatus(failed, trans)).toBe(
       'failed: worker-1 exited with code 3, worker-1 exited with code 3'
     );

@@ -26,7 +26,12 @@ describe('hasMagicHeader', () => {
 
 describe('choiceToOverrides', () => {
   it('sends the framework and each role count', () => {
-    expect(choiceToOverrides({ framework: 'pytorch', replicas: { master: 1, worker: 3 } })).toEqual({
+    expect(
+      choiceToOverrides({
+        framework: 'pytorch',
+        replicas: { master: 1, worker: 3 }
+      })
+    ).toEqual({
       framework: 'pytorch',
       roles: { master: { replicas: 1 }, worker: { replicas: 3 } }
     });
@@ -39,7 +44,12 @@ describe('choiceToOverrides', () => {
   });
 
   it('drops counts that are not whole non-negative numbers', () => {
-    expect(choiceToOverrides({ framework: 'generic', replicas: { worker: 1.5, ps: -1 } })).toEqual({
+    expect(
+      choiceToOverrides({
+        framework: 'generic',
+        replicas: { worker: 1.5, ps: -1 }
+      })
+    ).toEqual({
       framework: 'generic'
     });
   });
@@ -48,7 +58,10 @@ describe('choiceToOverrides', () => {
 describe('choiceFromSpec', () => {
   it('reads the framework and replica counts back from a job spec', () => {
     expect(
-      choiceFromSpec({ framework: 'tensorflow', roles: { worker: { replicas: 2 }, ps: { replicas: 1 } } })
+      choiceFromSpec({
+        framework: 'tensorflow',
+        roles: { worker: { replicas: 2 }, ps: { replicas: 1 } }
+      })
     ).toEqual({ framework: 'tensorflow', replicas: { worker: 2, ps: 1 } });
   });
 });
