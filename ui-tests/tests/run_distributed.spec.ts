@@ -86,7 +86,8 @@ test.describe('Run distributed', () => {
 
   test('after a reload the output reattaches to the job', async ({
     page,
-    request
+    request,
+    tmpPath
   }) => {
     test.skip(
       !(await serverExtensionPresent(request)),
@@ -98,18 +99,18 @@ test.describe('Run distributed', () => {
     await expect(page.locator(status)).toHaveAttribute(
       'data-state',
       'succeeded',
-      {
-        timeout: 60_000
-      }
+      { timeout: 60_000 }
     );
     await page.notebook.save();
-    await page.reload();
+    await page.reload({ waitForIsReady: false });
+    // The restored layout usually reopens the notebook; open it when it did not.
+    if (!(await page.notebook.isOpen('Untitled.ipynb'))) {
+      await page.notebook.openByPath(`${tmpPath}/Untitled.ipynb`);
+    }
     await expect(page.locator(status)).toHaveAttribute(
       'data-state',
       'succeeded',
-      {
-        timeout: 60_000
-      }
+      { timeout: 60_000 }
     );
     await expect(
       page.locator('[data-test-id="distrun-job-log"]')
