@@ -11,6 +11,15 @@ const TWO_WORKERS = [
   '    print("hello", i, flush=True)'
 ].join('\n');
 
+const SLOW_WORKERS = [
+  '%framework=generic',
+  '%worker=2',
+  'import time',
+  'for i in range(300):',
+  '    print("tick", i, flush=True)',
+  '    time.sleep(0.1)'
+].join('\n');
+
 async function serverExtensionPresent(
   request: APIRequestContext
 ): Promise<boolean> {
@@ -115,5 +124,49 @@ test.describe('Run distributed', () => {
     await expect(
       page.locator('[data-test-id="distrun-job-log"]')
     ).toContainText('worker-1 | hello 2');
+  });
+
+  test('the stop button cancels a running job', async ({ page, request }) => {
+    test.skip(
+      !(await serverExtensionPresent(request)),
+      'needs the distrun server extension and its local engine'
+    );
+    await runFirstCell(page, SLOW_WORKERS);
+    const job = page
+      .locator('.jp-Cell')
+      .first()
+      .locator('[data-test-id="distrun-job"]');
+    const status = job.locator('[data-test-id="distrun-job-status"]');
+    await expect(status).toHaveAttribute('data-state', 'running', {
+      timeout: 60_000
+    });
+    await expect(job.locator('[data-test-id="distrun-job-log"]')).toContainText(
+      'worker-1 | tick 0'
+    );
+    await job.locator('[data-test-id="distrun-job-stop"]').click();
+    await expect(status).toHaveAttribute('data-state', 'cancelled', {
+      timeout: 60_000
+    });
+  });
+
+  test('the sidebar lists the job newest first with its state', async ({
+    page,
+    request
+  }) => {
+    test.skip(
+      !(await serverExtensionPresent(request)),
+      'needs the distrun server extension and its local engine'
+    );
+    await runFirstCell(page, TWO_WORKERS);
+    const jobId = await page
+      .locator('[data-test-id="distrun-job"]')
+      .getAttribute('data-job-id');
+    await page.locator('.jp-SideBar [data-id="distrun-jobs"]').click();
+    const first = page.locator('#distrun-jobs .jp-distrun-JobCard').first();
+    await expect(first).toHaveAttribute('data-job-id', jobId!);
+    await expect(first).toHaveAttribute('data-state', 'succeeded', {
+      timeout: 60_000
+    });
+    await expect(first).toContainText('generic · 2 replicas');
   });
 });
