@@ -68,6 +68,19 @@ test.describe('Run distributed', () => {
     await expect(stderr).toHaveText(/^distrun: [^\n]+\n?$/);
   });
 
+  test('Shift Alt Enter runs the active cell distributed', async ({ page }) => {
+    await page.notebook.setCell(0, 'code', '%framework=nope\nprint(1)');
+    await page.notebook.selectCells(0);
+    await page.keyboard.press('Shift+Alt+Enter');
+    const stderr = page
+      .locator('.jp-Cell')
+      .first()
+      .locator(
+        '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
+      );
+    await expect(stderr).toHaveText(/^distrun: [^\n]+\n?$/);
+  });
+
   test('a generic job streams both workers into the cell and succeeds', async ({
     page,
     request
