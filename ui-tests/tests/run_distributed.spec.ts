@@ -125,6 +125,7 @@ test.describe('Run distributed', () => {
     );
     await page.notebook.save();
     await page.reload({ waitForIsReady: false });
+    await page.evaluate(() => (window as any).jupyterapp.restored);
     // The restored layout usually reopens the notebook; open it when it did not.
     if (!(await page.notebook.isOpen('Untitled.ipynb'))) {
       await page.notebook.openByPath(`${tmpPath}/Untitled.ipynb`);
