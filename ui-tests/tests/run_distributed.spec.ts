@@ -4,20 +4,18 @@ import { APIRequestContext } from '@playwright/test';
 const RUN_BUTTON =
   '.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]';
 
+// One-line loops: the editor auto-indents typed lines, which would break nested blocks.
 const TWO_WORKERS = [
   '%framework=generic',
   '%worker=2',
-  'for i in range(3):',
-  '    print("hello", i, flush=True)'
+  'for i in range(3): print("hello", i, flush=True)'
 ].join('\n');
 
 const SLOW_WORKERS = [
   '%framework=generic',
   '%worker=2',
   'import time',
-  'for i in range(300):',
-  '    print("tick", i, flush=True)',
-  '    time.sleep(0.1)'
+  'for i in range(300): print("tick", i, flush=True); time.sleep(0.1)'
 ].join('\n');
 
 async function serverExtensionPresent(
