@@ -196,7 +196,7 @@ class FrontHandler(web.RequestHandler):
         for name in UPSTREAM_RESPONSE_HEADERS:
             if name in response.headers:
                 self.set_header(name, response.headers[name])
-        self.finish(response.body or b"")
+        self.finish(None if response.code in (204, 304) else response.body or b"")
 
     async def check_owner(self, kernel_id: str) -> None:
         owner = await asyncio.to_thread(self.owners.owner, kernel_id)
