@@ -36,6 +36,7 @@ from enterprise_gateway.services.sessions.kernelsessionmanager import (
     KERNEL_SESSIONS_DIR_NAME,
     FileKernelSessionManager,
 )
+from jupyter_client import localinterfaces
 
 REPLICATION = EnterpriseGatewayConfigMixin.AVAILABILITY_REPLICATION
 
@@ -78,12 +79,18 @@ class ReplicaMappingKernelManager(RemoteMappingKernelManager):
 
 
 class ReplicaLocalProcessProxy(LocalProcessProxy):
-    """EG's local process proxy, signalling revived kernels with os.kill instead of `kill`.
+    """EG's local process proxy, fixed for kernels another replica started on this machine.
 
-    Upstream runs `kill -SIG -PGID`, which procps-ng 4.0.2 (Debian 12) answers with success
-    without signalling the group. Used by the local (test) kernelspec only; pods are signalled
-    through the Kubernetes API.
+    Used by the local (test) kernelspec only; pod kernels use the Kubernetes process proxy.
+    Upstream, a revived local kernel is addressed at the machine's public IP although it
+    listens on loopback (so a second replica's websocket hangs), and is signalled with
+    `kill -SIG -PGID`, which procps-ng 4.0.2 (Debian 12) answers with success without
+    signalling the group.
     """
+
+    def load_process_info(self, process_info: dict[str, Any]) -> None:
+        super().load_process_info(process_info)
+        self.kernel_manager.ip = localinterfaces.LOCALHOST  # where local kernels listen
 
     def local_signal(self, signum: int) -> bool | None:
         try:

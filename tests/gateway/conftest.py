@@ -30,7 +30,9 @@ from .eg_venv import ensure_eg_venv
 REPO = Path(__file__).resolve().parents[2]
 GATEWAY_CONFIG = REPO / "gateway_config"
 SERVER_EXT = REPO / "server_ext"
-WAIT = 90.0  # generous: kernels start in ~1 s, but the machine may be loaded
+WAIT = float(
+    os.environ.get("DBG_WAIT", "90")
+)  # generous: kernels start in ~1 s, but the machine may be loaded
 KEY = "k" * 24 + uuid.uuid4().hex  # the HMAC key of user tokens (a Secret in the chart)
 EG_TOKEN = uuid.uuid4().hex  # EG's own token: only the fronts know it
 SERVER_TOKEN = "server-token-" + uuid.uuid4().hex[:8]
@@ -196,7 +198,9 @@ class GatewayReplica:
 
 def write_local_kernelspec(share: Path, eg_python: Path, ipython_dir: Path) -> None:
     """python_distrun as a local process: same name, env and magics as the pod kernelspec."""
-    pod_spec = json.loads((GATEWAY_CONFIG / "kernelspecs" / KERNEL_NAME / "kernel.json").read_text())
+    pod_spec = json.loads(
+        (GATEWAY_CONFIG / "kernelspecs" / KERNEL_NAME / "kernel.json").read_text()
+    )
     profile = ipython_dir / "profile_default"
     profile.mkdir(parents=True, exist_ok=True)
     config = (GATEWAY_CONFIG / "kernel" / "ipython_kernel_config.py").read_text()
@@ -295,8 +299,10 @@ class NotebookServer:
             argv.append("--allow-root")
         self.process = Process(argv, environ, root / "server.log")
         wait_until(
-            lambda: self.process.proc.poll() is not None
-            or http(self.url + "distrun/engines", token=SERVER_TOKEN)[0] == 200,
+            lambda: (
+                self.process.proc.poll() is not None
+                or http(self.url + "distrun/engines", token=SERVER_TOKEN)[0] == 200
+            ),
             "the notebook server",
         )
         assert self.process.proc.poll() is None, self.process.output()[-3000:]

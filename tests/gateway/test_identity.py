@@ -21,7 +21,9 @@ async def test_the_front_overwrites_a_forged_username_and_drops_pod_steering_var
         "KERNEL_VOLUMES": "[{name: host, hostPath: {path: /}}]",
         "DISTRUN_URL": "http://notebook.example/user/alice/",
     }
-    status, kernel = http(f"{front}/api/kernels", "POST", {"name": KERNEL_NAME, "env": forged}, ALICE)
+    status, kernel = http(
+        f"{front}/api/kernels", "POST", {"name": KERNEL_NAME, "env": forged}, ALICE
+    )
     assert status == 201, kernel
 
     stdout, errors = await execute(
