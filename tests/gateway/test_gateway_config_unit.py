@@ -4,6 +4,7 @@ import hashlib
 import hmac
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import yaml
@@ -40,7 +41,7 @@ def test_the_hub_snippet_in_jupyterhub_values_signs_tokens_the_front_accepts() -
             name = "alice"
 
     class KubeSpawner:
-        environment: dict[str, object] = {}
+        environment: ClassVar[dict[str, object]] = {}
 
     class Config:
         pass
@@ -49,7 +50,7 @@ def test_the_hub_snippet_in_jupyterhub_values_signs_tokens_the_front_accepts() -
     config.KubeSpawner = KubeSpawner  # type: ignore[attr-defined]
     env = {"DISTRUN_GATEWAY_USER_KEY": KEY.decode()}
     namespace = {"c": config, "os": type("os", (), {"environ": env})}
-    exec(snippet.replace("import os\n", ""), namespace)  # the snippet as the hub runs it
+    exec(snippet.replace("import os\n", ""), namespace)  # noqa: S102  (run it as the hub does)
     token = KubeSpawner.environment["DISTRUN_GATEWAY_TOKEN"](Spawner())  # type: ignore[operator]
     assert verify_token(KEY, token) == "alice"
     expected = hmac.new(KEY, b"distrun-gateway-v1\0alice", hashlib.sha256).hexdigest()
