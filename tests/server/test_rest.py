@@ -44,7 +44,7 @@ async def test_engines_lists_engine_frameworks_limits_and_policies(api):
     assert pytorch["completion_roles"] == ["master"]
     assert pytorch["roles"][0] == {
         "name": "master",
-        "min_replicas": 0,
+        "min_replicas": 1,
         "max_replicas": 1,
         "default_replicas": 1,
     }

@@ -294,9 +294,9 @@ class LocalEngine:
         groups (their leaders died with the supervisor) and records the outcome."""
         job = read_json(files.job)
         status = _read_status(files, job)
-        for pid in status.pids.values():
+        for pid in job_processes(job["id"]):
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
         now = time.time()
         if not status.state.terminal:
             status.state, status.reason, status.finished_at = state, reason, now
@@ -505,3 +505,21 @@ def _start_seqs(names: list[str], since: Cursor | None) -> dict[str, int]:
             raise SpecError(f"the cursor for {name} must be a seq >= 0, not {seq!r}", field="since")
         starts[name] = seq
     return starts
+
+
+def job_processes(job_id: str) -> list[int]:
+    """The live processes started for `job_id`, found by the DISTRUN_JOB_ID every replica
+    carries in its environment. Recorded pids are not trusted here: once their leaders are
+    gone, a process group id can be reused by an unrelated process."""
+    marker = f"DISTRUN_JOB_ID={job_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # gone, or not ours to read
+            continue
+        if marker in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
