@@ -48,7 +48,7 @@ class ReplicaSessionManager(FileKernelSessionManager):
         """False once some replica deleted the kernel's session (the kernel was shut down)."""
         if not self.enable_persistence:
             return True  # nothing shared to consult: behave as upstream
-        sessions = Path(self.persistence_root) / KERNEL_SESSIONS_DIR_NAME
+        sessions = Path(str(self.persistence_root), str(KERNEL_SESSIONS_DIR_NAME))
         return (sessions / f"{kernel_id}.json").exists()
 
 

@@ -85,8 +85,9 @@ def render_pod(
 def create_pod(pod: dict[str, Any]) -> None:
     from kubernetes import client, config
 
-    config.load_incluster_config()
-    client.CoreV1Api().create_namespaced_pod(pod["metadata"]["namespace"], pod)
+    config.load_incluster_config()  # type: ignore[no-untyped-call]
+    api: Any = client.CoreV1Api()  # the client takes a plain dict as well as a V1Pod
+    api.create_namespaced_pod(pod["metadata"]["namespace"], pod)
 
 
 def main(argv: list[str] | None = None) -> None:
