@@ -1,6 +1,7 @@
 """The chart against a real kube-apiserver: every rendered object passes a server-side dry run,
 and the singleuser ServiceAccount's rights are checked with SubjectAccessReviews."""
 
+import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,7 +51,8 @@ def kubectl(cluster: KubeCluster, *args: str, stdin: str | None = None) -> str:
 @pytest.fixture
 def namespaces(kube_cluster: KubeCluster) -> Iterator[tuple[str, str]]:  # noqa: F811
     """The release's namespace and a namespace of someone else."""
-    names = ("jhub-chart", "other-team")
+    suffix = secrets.token_hex(3)  # deleted namespaces linger while they terminate
+    names = (f"jhub-{suffix}", f"other-{suffix}")
     for name in names:
         kube_cluster.create_namespace(name)
     yield names
