@@ -30,9 +30,7 @@ from .eg_venv import ensure_eg_venv
 REPO = Path(__file__).resolve().parents[2]
 GATEWAY_CONFIG = REPO / "gateway_config"
 SERVER_EXT = REPO / "server_ext"
-WAIT = float(
-    os.environ.get("DBG_WAIT", "90")
-)  # generous: kernels start in ~1 s, but the machine may be loaded
+WAIT = 90.0  # generous: kernels start in ~1 s, but the machine may be loaded
 KEY = "k" * 24 + uuid.uuid4().hex  # the HMAC key of user tokens (a Secret in the chart)
 EG_TOKEN = uuid.uuid4().hex  # EG's own token: only the fronts know it
 SERVER_TOKEN = "server-token-" + uuid.uuid4().hex[:8]
