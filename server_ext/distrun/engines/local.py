@@ -32,6 +32,7 @@ from ..supervisor import (
     JobFiles,
     JobStatus,
     Runtime,
+    kill_job_processes,
     process_start_time,
     read_json,
     stored_spec,
@@ -297,6 +298,7 @@ class LocalEngine:
         for pid in status.pids.values():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+        kill_job_processes(job["id"])
         now = time.time()
         if not status.state.terminal:
             status.state, status.reason, status.finished_at = state, reason, now
