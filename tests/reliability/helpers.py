@@ -50,14 +50,14 @@ async def follow_to_end(
 async def wait_for_job(
     engine: LocalEngine, job: Job, check: Callable[[Job], bool], what: str
 ) -> tuple[Job, float]:
-    """Follows the job's status until `check` holds; returns that job and the monotonic time
-    at which its update arrived."""
+    """Follows the job's status until `check` holds; returns that job and the wall-clock time
+    (`time.time()`, comparable with times replicas print) at which its update arrived."""
 
     async def watch() -> tuple[Job, float]:
         async with aclosing(engine.follow(job.id, "alice")) as events:
             async for event in events:
                 if isinstance(event, JobUpdate) and check(event.job):
-                    return event.job, time.monotonic()
+                    return event.job, time.time()
         raise AssertionError(f"the job ended without {what}")
 
     return await asyncio.wait_for(watch(), WAIT)
