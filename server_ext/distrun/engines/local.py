@@ -381,6 +381,7 @@ class _JobWatcher:
         self.settled = False  # finalized: status and logs will not change any more
         self.version = 0
         self.followers = 0
+        self.stopped = False  # the engine closed: its followers must not wait any more
         self._engine = engine
         self._job_id = job_id
         self._files = engine._files(job_id)
@@ -389,10 +390,17 @@ class _JobWatcher:
 
     async def wait_for_change(self, version: int) -> None:
         while self.version == version and not self.settled:
+            if self.stopped:
+                # Ending quietly would tell the reader it has every line; it has not.
+                raise EngineError(
+                    f"the server stopped following job {self._job_id}; reconnect to resume"
+                )
             await self._changed.wait()
 
     def stop(self) -> None:
+        self.stopped = True
         self._task.cancel()
+        self._notify()  # wake the followers: nothing will wake them any more
 
     async def _poll(self) -> None:
         interval = _FAST_POLL
