@@ -149,6 +149,7 @@ class LocalEngine:
         starts = _start_seqs(names, since)
         tails = [reader.tail(starts[reader.replica]) for reader in readers]
         watcher = self._watch(job_id, job)
+        read: asyncio.Task[list[LogLine]] | None = None
         try:
             sent = job
             yield JobUpdate(job)
@@ -158,7 +159,8 @@ class LocalEngine:
                     sent = watcher.job
                     yield JobUpdate(sent)
                 settled = watcher.settled  # read before the logs: then empty means the end
-                lines = await asyncio.to_thread(_read_batch, tails, max_batch)
+                read = asyncio.create_task(asyncio.to_thread(_read_batch, tails, max_batch))
+                lines = await asyncio.shield(read)  # cancelled here, the read runs on
                 if lines:
                     yield LogBatch(lines)
                 elif settled:
@@ -167,8 +169,7 @@ class LocalEngine:
                     await watcher.wait_for_change(version)
         finally:
             self._unwatch(job_id)
-            for reader in readers:
-                reader.close()
+            _close_after(read, readers)
 
     async def close(self) -> None:
         for watcher in self._watchers.values():
@@ -450,6 +451,22 @@ def _fingerprint(path: Path) -> object:
     except FileNotFoundError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _close_after(read: "asyncio.Task[list[LogLine]] | None", readers: list[LogReader]) -> None:
+    """Closes the readers, but only once a read still running in its thread (its follower was
+    cancelled mid-read) is over: closed under it, the read would reopen a log and leak it."""
+
+    def close(_: object = None) -> None:
+        if read is not None and not read.cancelled():
+            read.exception()  # retrieved: a failed read of an abandoned follower is no news
+        for reader in readers:
+            reader.close()
+
+    if read is None or read.done():
+        close()
+    else:
+        read.add_done_callback(close)
 
 
 def _read_batch(tails: list[LogTail], max_batch: int) -> list[LogLine]:
