@@ -292,13 +292,12 @@ class LocalEngine:
         return started is not None and process_start_time(supervisor["pid"]) == started
 
     def _settle(self, files: JobFiles, state: JobState, reason: str | None) -> JobStatus:
-        """Finishes a job whose supervisor is gone: kills what is left of its replicas' process
-        groups (their leaders died with the supervisor) and records the outcome."""
+        """Finishes a job whose supervisor is gone: kills whatever is left of its processes
+        (its replicas died with the supervisor, not always their children) and records the
+        outcome."""
         job = read_json(files.job)
         status = _read_status(files, job)
-        for pid in status.pids.values():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+        # Found by their DISTRUN_JOB_ID, not by recorded group ids, which may have been reused.
         kill_job_processes(job["id"])
         now = time.time()
         if not status.state.terminal:

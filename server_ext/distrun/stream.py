@@ -1,0 +1,146 @@
+"""The live log websocket: `GET /distrun/jobs/{id}/logs/stream?since=...&replica=...`.
+
+One task per connection consumes `engine.follow(...)` and awaits every `write_message`, so a
+slow client slows only its own follower and the server holds at most one batch for it. Lines
+are sent as soon as they are read; under load each read brings many lines, which go out in
+frames of at most `FRAME_MAX_LINES` lines / about `FRAME_MAX_BYTES` bytes. Closing the socket
+cancels the task, which closes the follower.
+"""
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, cast
+
+from jupyter_server.auth.decorator import authorized, ws_authenticated
+from jupyter_server.base.handlers import JupyterHandler
+from jupyter_server.base.websocket import WebSocketMixin
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado.iostream import StreamClosedError
+from tornado.websocket import WebSocketClosedError, WebSocketHandler
+
+from .app import DistrunApp
+from .engines.base import JobUpdate, LogBatch, LogEvent, LogLine
+from .errors import DistrunError
+from .handlers import check_job_id, check_replicas, line_json, parse_replicas, parse_since
+from .http_errors import WS_CLOSE_INTERNAL_ERROR, error_body, ws_close_code
+
+FRAME_MAX_LINES = 2_000
+FRAME_MAX_BYTES = 256 * 1024
+FOLLOW_MAX_BATCH = 2_000
+_LINE_OVERHEAD = 40  # JSON punctuation, seq and time around a line's text
+
+
+def frames(lines: list[LogLine]) -> list[list[LogLine]]:
+    """Split lines into frames of at most FRAME_MAX_LINES lines and about FRAME_MAX_BYTES
+    (a single longer line gets a frame of its own)."""
+    result: list[list[LogLine]] = []
+    frame: list[LogLine] = []
+    size = 0
+    for line in lines:
+        line_size = len(line.text) + len(line.replica) + _LINE_OVERHEAD
+        if frame and (len(frame) >= FRAME_MAX_LINES or size + line_size > FRAME_MAX_BYTES):
+            result.append(frame)
+            frame, size = [], 0
+        frame.append(line)
+        size += line_size
+    if frame:
+        result.append(frame)
+    return result
+
+
+class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, JupyterHandler):
+    auth_resource = "distrun"
+    _task: "asyncio.Task[None] | None" = None
+
+    @property
+    def app(self) -> DistrunApp:
+        return cast(DistrunApp, self.extensionapp)
+
+    @ws_authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        self._owner = self.app.owner_of(self.current_user)
+        await super().get(job_id)
+
+    def open(self, job_id: str) -> None:
+        super().open(job_id)
+        # Without it, Nagle's algorithm and delayed ACKs hold small frames back ~40 ms.
+        self.set_nodelay(True)
+        self._task = asyncio.create_task(self._stream(job_id))
+        self.app.track(self._task, self)
+
+    def on_message(self, message: str | bytes) -> None:
+        """The client sends nothing this server needs."""
+
+    def on_close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    def socket_nodelay(self) -> bool:
+        """Whether TCP_NODELAY is set on this connection's socket (for tests and diagnostics)."""
+        connection = self.ws_connection
+        stream = getattr(connection, "stream", None)
+        if stream is None or stream.socket is None:
+            return False
+        return bool(stream.socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+    async def _stream(self, job_id: str) -> None:
+        try:
+            await self._follow(job_id)
+            await self._send({"type": "end"})
+            self.close(1000)
+        except DistrunError as err:
+            await self._close_with_error(error_body(err), ws_close_code(err))
+        except (WebSocketClosedError, StreamClosedError):
+            pass  # the client went away; on_close has released everything else
+        except Exception:
+            self.log.exception("distrun log stream for %s failed", job_id)
+            await self._close_with_error({"message": "internal error"}, WS_CLOSE_INTERNAL_ERROR)
+
+    async def _follow(self, job_id: str) -> None:
+        since = parse_since(self.get_argument("since", None))
+        wanted = parse_replicas(self.get_arguments("replica"))
+        engine, job = await self.app.registry.find_job(check_job_id(job_id), self._owner)
+        check_replicas(job, wanted)
+        last_status = job.to_json()
+        await self._send({"type": "status", "job": last_status})
+        follower = engine.follow(
+            job.id, self._owner, since=since, replicas=wanted, max_batch=FOLLOW_MAX_BATCH
+        )
+        async with _closing(follower) as events:
+            async for event in events:
+                if isinstance(event, LogBatch):
+                    for frame in frames(event.lines):
+                        await self._send({"type": "lines", "lines": [line_json(x) for x in frame]})
+                elif isinstance(event, JobUpdate):
+                    status = event.job.to_json()
+                    if status != last_status:
+                        last_status = status
+                        await self._send({"type": "status", "job": status})
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        await self.write_message(json.dumps(message))
+
+    async def _close_with_error(self, body: dict[str, Any], code: int) -> None:
+        try:
+            await self._send({"type": "error", **body})
+        except (WebSocketClosedError, StreamClosedError):
+            return
+        # Close reasons are limited to 123 bytes; the full message went in the frame.
+        self.close(code, body["message"].encode()[:120].decode(errors="ignore"))
+
+
+@asynccontextmanager
+async def _closing(events: AsyncIterator[LogEvent]) -> AsyncIterator[AsyncIterator[LogEvent]]:
+    """Close the engine's follower as soon as the consumer stops, even when it is cancelled
+    between two events (an async generator left alone is closed only by the GC)."""
+    try:
+        yield events
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()

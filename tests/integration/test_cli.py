@@ -1,0 +1,513 @@
+"""The real `distrun` CLI as a subprocess, against the local engine and a real jupyter_server,
+and the kernel extension inside a real ipykernel.
+
+Needs the local engine and the cell-header parser (and the server extension for the server
+tests); each group skips until those modules exist.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("distrun.magics")
+pytest.importorskip("distrun.engines.local")
+
+pytestmark = pytest.mark.integration
+
+SERVER_EXT = Path(__file__).resolve().parents[2] / "server_ext"
+TOKEN = "test-token-3f9a"
+WAIT = 60.0  # generous: the machine may be loaded
+
+TWO_WORKERS = """\
+%framework=generic
+%worker=2
+import os
+print("hello from", os.environ["DISTRUN_REPLICA"], flush=True)
+"""
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """The environment of every child: our package, and jupyter dirs inside tmp_path."""
+    environ = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("DISTRUN_", "JUPYTER_")) and key != "NO_COLOR"
+    }
+    environ.update(
+        PYTHONPATH=os.pathsep.join(filter(None, [str(SERVER_EXT), os.environ.get("PYTHONPATH")])),
+        JUPYTER_DATA_DIR=str(tmp_path / "data"),  # the state dir is <data>/distrun on both sides
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        PYTHONUNBUFFERED="1",
+    )
+    return environ
+
+
+def distrun(
+    env: dict[str, str], *args: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "distrun.cli", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=WAIT * 2,
+        check=False,
+    )
+
+
+def write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def wait_for_line(proc: subprocess.Popen[str], needle: str, seen: list[str]) -> None:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if needle in line:
+            return
+    raise AssertionError(f"{needle!r} never came; got {seen}")
+
+
+def finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """The rest of stdout and stderr once the process exits (killed if it takes too long).
+
+    Not `communicate()`: it reads the raw pipes and would drop what `readline` buffered."""
+    assert proc.stdout is not None and proc.stderr is not None
+    watchdog = threading.Timer(WAIT * 2, proc.kill)
+    watchdog.start()
+    try:
+        rest, err = proc.stdout.read(), proc.stderr.read()
+        proc.wait()
+    finally:
+        watchdog.cancel()
+    return rest, err
+
+
+# --- the CLI against the local engine --------------------------------------------------------
+
+
+def test_run_streams_every_replica_line_with_a_prefix_and_exits_0(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    result = distrun(env, "run", write(tmp_path / "cell.txt", TWO_WORKERS))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.splitlines()
+    assert "worker-0 | hello from worker-0" in out
+    assert "worker-1 | hello from worker-1" in out
+    assert out[0].startswith("[distrun] submitted job job-") and out[0].endswith(
+        "(2 replicas: worker-0, worker-1)"
+    )
+    assert out[-1].startswith("[distrun] job job-") and " succeeded" in out[-1]
+    assert "\x1b[" not in result.stdout  # not a terminal: no colours
+
+
+def test_flags_override_the_header_and_a_plain_file_runs_as_generic(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    script = write(tmp_path / "train.py", "import os\nprint(os.environ['DISTRUN_REPLICA'])\n")
+    result = distrun(env, "run", script, "--workers", "3", "--name", "plain")
+    assert result.returncode == 0, result.stderr
+    assert {f"worker-{i} | worker-{i}" for i in range(3)} <= set(result.stdout.splitlines())
+    assert "[distrun] submitted job plain-" in result.stdout
+
+
+def test_files_named_by_the_header_are_shipped_from_the_files_directory(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    write(tmp_path / "data.txt", "forty-two\n")
+    cell = "%framework=generic\n%files=data.txt\nprint(open('data.txt').read().strip())\n"
+    result = distrun(env, "run", write(tmp_path / "cell.txt", cell), cwd=Path("/"))
+    assert result.returncode == 0, result.stderr
+    assert "worker-0 | forty-two" in result.stdout.splitlines()
+
+
+def test_a_failing_job_names_the_replica_and_exits_1(env: dict[str, str], tmp_path: Path) -> None:
+    cell = (
+        "%framework=generic\n%worker=2\nimport os, sys\nprint('about to fail', flush=True)\n"
+        "sys.exit(3 if os.environ['DISTRUN_REPLICA'] == 'worker-1' else 0)\n"
+    )
+    result = distrun(env, "run", write(tmp_path / "fail.txt", cell))
+    assert result.returncode == 1
+    last = result.stdout.splitlines()[-1]
+    assert " failed: " in last and "worker-1" in last and "3" in last
+    assert "worker-1 | about to fail" in result.stdout
+
+
+def test_a_bad_header_is_one_error_line_and_exit_code_2(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    result = distrun(env, "run", write(tmp_path / "bad.txt", "%framework=generic\n%wokers=2\n"))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert (
+        result.stderr
+        == "distrun: error: line 2: unknown setting 'wokers'; did you mean 'worker'?\n"
+    )
+
+
+def test_an_unknown_job_is_one_error_line_and_exit_code_2(env: dict[str, str]) -> None:
+    for command in ("status", "logs", "cancel", "rm"):
+        result = distrun(env, command, "no-such-job")
+        assert result.returncode == 2
+        assert result.stderr.startswith("distrun: error: ") and result.stderr.count("\n") == 1
+        assert "Traceback" not in result.stderr
+
+
+def test_ctrl_c_cancels_the_job_says_so_and_exits_130(env: dict[str, str], tmp_path: Path) -> None:
+    cell = "%framework=generic\n%worker=2\nimport time\nprint('started', flush=True)\ntime.sleep(120)\n"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distrun.cli", "run", write(tmp_path / "long.txt", cell)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: list[str] = []
+    try:
+        wait_for_line(proc, "| started", seen)
+        proc.send_signal(signal.SIGINT)
+        rest, err = finish(proc)
+    finally:
+        proc.kill()
+    out = "".join(seen) + rest
+    assert proc.returncode == 130, err
+    job_id = out.split("[distrun] submitted job ")[1].split()[0]
+    assert f"[distrun] interrupted: cancelling job {job_id}\n" in out
+    status = json.loads(distrun(env, "status", job_id, "--json").stdout)
+    assert status["state"] == "cancelled"
+
+
+def test_submit_then_logs_status_ls_cancel_and_rm(env: dict[str, str], tmp_path: Path) -> None:
+    cell = "%framework=generic\n%worker=2\nfor i in range(5):\n    print('line', i)\n"
+    submitted = distrun(env, "submit", write(tmp_path / "cell.txt", cell), "--name", "five")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    assert job_id.startswith("five-")
+
+    followed = distrun(env, "logs", "-f", job_id)  # ends when the job ends
+    assert followed.returncode == 0, followed.stderr
+    for replica in ("worker-0", "worker-1"):
+        assert [line for line in followed.stdout.splitlines() if line.startswith(replica)] == [
+            f"{replica} | line {i}" for i in range(5)
+        ]
+    tail = distrun(env, "logs", job_id, "--tail", "2", "--replica", "worker-1")
+    assert tail.stdout.splitlines() == ["worker-1 | line 3", "worker-1 | line 4"]
+
+    status = json.loads(distrun(env, "status", job_id, "--json").stdout)
+    assert (status["id"], status["state"]) == (job_id, "succeeded")
+    assert "state:     succeeded" in distrun(env, "status", job_id).stdout
+
+    listing = distrun(env, "ls").stdout.splitlines()
+    assert listing[0].split()[:3] == ["ID", "STATE", "FRAMEWORK"]
+    assert any(row.split()[:4] == [job_id, "succeeded", "generic", "0/2"] for row in listing[1:])
+
+    assert distrun(env, "cancel", job_id).returncode == 0  # idempotent on a finished job
+    assert distrun(env, "rm", job_id).stdout == f"[distrun] job {job_id} deleted\n"
+    assert job_id not in distrun(env, "ls").stdout
+
+
+# --- the CLI against a real jupyter_server ---------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Server:
+    """A real `jupyter server` with the distrun extension, as a subprocess."""
+
+    def __init__(self, env: dict[str, str], root: Path, port: int) -> None:
+        self.env, self.root, self.port = env, root, port
+        self.url = f"http://127.0.0.1:{port}/"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        argv = [
+            sys.executable, "-m", "jupyter_server", "--no-browser", f"--port={self.port}",
+            "--port-retries=0", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={self.root}",
+            # only distrun: the others (jupyterlab, lsp, ...) just slow the start down
+            "--ServerApp.jpserver_extensions="
+            + repr({"distrun": True, "jupyterlab": False, "jupyter_lsp": False,
+                          "jupyter_server_terminals": False, "notebook_shim": False}),
+        ]  # fmt: skip
+        if os.geteuid() == 0:
+            argv.append("--allow-root")
+        log = open(self.root / f"server-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(argv, env=self.env, stdout=log, stderr=log)
+        log.close()
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, "jupyter server exited; see its log in tmp_path"
+            try:
+                request = urllib.request.Request(
+                    self.url + "distrun/engines", headers={"Authorization": f"token {TOKEN}"}
+                )
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError("jupyter server did not answer")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=WAIT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def server(env: dict[str, str], tmp_path: Path) -> Iterator[Server]:
+    pytest.importorskip("distrun.app")
+    root = tmp_path / "root"
+    root.mkdir()
+    running = Server(env, root, free_port())
+    running.start()
+    yield running
+    running.stop()
+
+
+def test_run_through_the_server_streams_lines_and_exits_0(
+    env: dict[str, str], server: Server, tmp_path: Path
+) -> None:
+    cell = write(tmp_path / "cell.txt", TWO_WORKERS)
+    result = distrun(env, "run", cell, "--url", server.url, "--token", TOKEN)
+    assert result.returncode == 0, result.stderr
+    assert "worker-0 | hello from worker-0" in result.stdout.splitlines()
+    assert "worker-1 | hello from worker-1" in result.stdout.splitlines()
+    assert " succeeded" in result.stdout.splitlines()[-1]
+
+
+def test_the_environment_selects_the_server_and_errors_come_back_as_one_line(
+    env: dict[str, str], server: Server, tmp_path: Path
+) -> None:
+    remote = {**env, "DISTRUN_URL": server.url, "DISTRUN_TOKEN": TOKEN}
+    bad = distrun(remote, "run", write(tmp_path / "bad.txt", "%framework=generic\n%wokers=2\n"))
+    assert (bad.returncode, bad.stderr) == (
+        2,
+        "distrun: error: line 2: unknown setting 'wokers'; did you mean 'worker'?\n",
+    )
+    missing = distrun(remote, "status", "no-such-job")
+    assert missing.returncode == 2 and missing.stderr.startswith("distrun: error: ")
+    wrong = distrun({**remote, "DISTRUN_TOKEN": "wrong"}, "ls")
+    assert wrong.returncode == 2
+    assert "check --token / DISTRUN_TOKEN" in wrong.stderr
+
+
+def test_jobs_run_from_the_cli_show_up_in_the_server_and_back(
+    env: dict[str, str], server: Server, tmp_path: Path
+) -> None:
+    cell = write(tmp_path / "cell.txt", TWO_WORKERS)
+    local_id = distrun(env, "submit", cell, "--name", "fromcli").stdout.strip()
+    remote_id = distrun(env, "submit", cell, "--name", "fromserver", "--url", server.url,
+                        "--token", TOKEN).stdout.strip()  # fmt: skip
+    assert local_id and remote_id
+    via_server = distrun(env, "ls", "--json", "--url", server.url, "--token", TOKEN)
+    via_engine = distrun(env, "ls", "--json")
+    for listing in (via_server, via_engine):
+        ids = {job["id"] for job in json.loads(listing.stdout)}
+        assert {local_id, remote_id} <= ids
+
+
+def test_following_resumes_across_a_server_restart_without_losing_or_repeating_lines(
+    env: dict[str, str], server: Server, tmp_path: Path
+) -> None:
+    count = 60
+    cell = (
+        "%framework=generic\n%worker=2\nimport time\n"
+        f"for i in range({count}):\n    print('line', i, flush=True)\n    time.sleep(0.1)\n"
+    )
+    remote = ["--url", server.url, "--token", TOKEN]
+    job_id = distrun(env, "submit", write(tmp_path / "cell.txt", cell), *remote).stdout.strip()
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "distrun.cli", "logs", "-f", job_id, *remote],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: list[str] = []
+    try:
+        wait_for_line(follower, "| line 3", seen)
+        server.stop()  # the job keeps running: the local engine's supervisor owns it
+        server.start()
+        rest, err = finish(follower)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0, err
+    lines = ("".join(seen) + rest).splitlines()
+    for replica in ("worker-0", "worker-1"):
+        assert [line for line in lines if line.startswith(replica)] == [
+            f"{replica} | line {i}" for i in range(count)
+        ]
+
+
+async def test_the_server_client_submits_a_cell_follows_it_and_reads_its_logs(
+    server: Server,
+) -> None:
+    from distrun.client import LinesEvent, ServerClient, StatusEvent
+
+    client = ServerClient(server.url, TOKEN)
+    job = await client.submit_cell(TWO_WORKERS)
+    events = [event async for event in client.follow(job["id"])]
+    streamed = {(line.replica, line.seq, line.text)
+                for e in events if isinstance(e, LinesEvent) for line in e.lines}  # fmt: skip
+    assert streamed == {
+        ("worker-0", 0, "hello from worker-0"),
+        ("worker-1", 0, "hello from worker-1"),
+    }
+    statuses = [e.job["state"] for e in events if isinstance(e, StatusEvent)]
+    assert statuses[-1] == "succeeded"
+    page = await client.logs(job["id"], replicas=["worker-1"])
+    assert [(line.replica, line.text) for line in page.lines] == [
+        ("worker-1", "hello from worker-1")
+    ]
+    assert page.next == {"worker-1": 1}
+    await client.delete(job["id"])
+    assert job["id"] not in {j["id"] for j in await client.list_jobs()}
+
+
+# --- the kernel extension in a real ipykernel ------------------------------------------------
+
+
+class Kernel:
+    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+        from jupyter_client.manager import start_new_kernel
+
+        self.manager, self.client = start_new_kernel(
+            kernel_name="python3", env=env, cwd=str(cwd), startup_timeout=WAIT
+        )
+
+    def execute(self, code: str, interrupt_on: str | None = None) -> list[tuple[str, str]]:
+        """(kind, text) of every stream, result and error of the cell, in order."""
+        msg_id = self.client.execute(code)
+        output: list[tuple[str, str]] = []
+        deadline = time.monotonic() + WAIT
+        while True:
+            msg = self.client.get_iopub_msg(timeout=max(deadline - time.monotonic(), 0.1))
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                output.append((content["name"], content["text"]))
+                if interrupt_on and interrupt_on in content["text"]:
+                    self.manager.interrupt_kernel()
+                    interrupt_on = None
+            elif kind == "execute_result":
+                output.append(("result", content["data"]["text/plain"]))
+            elif kind == "error":
+                output.append(("error", content["ename"]))
+            elif kind == "status" and content["execution_state"] == "idle":
+                return output
+
+    def stop(self) -> None:
+        self.client.stop_channels()
+        self.manager.shutdown_kernel(now=True)
+
+
+@pytest.fixture
+def kernel(env: dict[str, str], tmp_path: Path) -> Iterator[Kernel]:
+    pytest.importorskip("ipykernel")
+    running = Kernel(env, tmp_path)
+    assert running.execute("%load_ext distrun.kernel_magic") == []
+    yield running
+    running.stop()
+
+
+def stdout_of(output: list[tuple[str, str]]) -> str:
+    return "".join(text for kind, text in output if kind == "stdout")
+
+
+def test_the_distrun_cell_magic_streams_prefixed_lines_into_the_cell(kernel: Kernel) -> None:
+    output = kernel.execute(
+        "%%distrun --framework generic --workers 2\n"
+        "import os\nprint('hello from', os.environ['DISTRUN_REPLICA'])\n"
+    )
+    text = stdout_of(output)
+    assert "worker-0 | hello from worker-0\n" in text
+    assert "worker-1 | hello from worker-1\n" in text
+    assert " succeeded" in text.splitlines()[-1]
+    kind, result = output[-1]
+    assert kind == "result" and result.startswith("JobResult(job_id='job-")
+    assert result.endswith("state='succeeded')")
+
+
+def test_a_ciao_cell_runs_unchanged(kernel: Kernel) -> None:
+    output = kernel.execute(TWO_WORKERS)
+    text = stdout_of(output)
+    assert "worker-0 | hello from worker-0\n" in text
+    assert "worker-1 | hello from worker-1\n" in text
+    assert output[-1][0] == "result" and "state='succeeded'" in output[-1][1]
+
+
+def test_a_bad_header_in_a_cell_prints_one_error_line_and_no_traceback(kernel: Kernel) -> None:
+    output = kernel.execute("%framework=generic\n%wokers=2\nprint(1)\n")
+    assert output == [
+        ("stderr", "distrun: error: line 2: unknown setting 'wokers'; did you mean 'worker'?\n")
+    ]
+
+
+def test_ordinary_cells_and_magics_still_work_with_the_extension_loaded(kernel: Kernel) -> None:
+    assert kernel.execute("%env DISTRUN_TEST=1\nx = 41\nx + 1") == [
+        ("stdout", "env: DISTRUN_TEST=1\n"),
+        ("result", "42"),
+    ]
+
+
+def test_interrupting_the_kernel_cancels_the_job_and_says_so(
+    kernel: Kernel, env: dict[str, str]
+) -> None:
+    output = kernel.execute(
+        "%%distrun --framework generic --workers 2\n"
+        "import time\nprint('started', flush=True)\ntime.sleep(120)\n",
+        interrupt_on="| started",
+    )
+    text = stdout_of(output)
+    job_id = text.split("[distrun] submitted job ")[1].split()[0]
+    assert f"[distrun] interrupted: cancelling job {job_id}\n" in text
+    assert f"[distrun] job {job_id} cancelled" in text
+    assert output[-1] == ("error", "KeyboardInterrupt")
+    assert json.loads(distrun(env, "status", job_id, "--json").stdout)["state"] == "cancelled"
+
+
+def test_a_kernel_with_distrun_url_submits_through_the_server(
+    env: dict[str, str], server: Server, tmp_path: Path
+) -> None:
+    # A data dir of its own: a job the kernel ran in-process would land there, not in the server
+    remote = {**env, "DISTRUN_URL": server.url, "DISTRUN_TOKEN": TOKEN,
+              "JUPYTER_DATA_DIR": str(tmp_path / "kernel-data")}  # fmt: skip
+    kernel = Kernel(remote, tmp_path)
+    try:
+        assert kernel.execute("%load_ext distrun.kernel_magic") == []
+        text = stdout_of(kernel.execute(TWO_WORKERS))
+    finally:
+        kernel.stop()
+    assert "worker-0 | hello from worker-0\n" in text
+    job_id = text.split("[distrun] submitted job ")[1].split()[0]
+    listed = distrun(env, "ls", "--json", "--url", server.url, "--token", TOKEN)
+    assert job_id in {job["id"] for job in json.loads(listed.stdout)}
+    assert not (tmp_path / "kernel-data" / "distrun" / "jobs").exists()

@@ -1,0 +1,68 @@
+"""Reading `%files=` confined to the server's root directory (real files, no server)."""
+
+import base64
+import os
+from pathlib import Path
+
+import pytest
+
+from distrun.cellfiles import read_cell_files
+from distrun.errors import LimitExceeded, SpecError
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "root" / "nb" / "data").mkdir(parents=True)
+    (tmp_path / "root" / "nb" / "helper.py").write_text("X = 1\n")
+    (tmp_path / "root" / "nb" / "data" / "b.csv").write_bytes(b"\x00\xff,1\n")
+    (tmp_path / "root" / "top.py").write_text("top\n")
+    (tmp_path / "secret.txt").write_text("outside the root\n")
+    return tmp_path / "root"
+
+
+def decoded(files: dict[str, str]) -> dict[str, bytes]:
+    return {name: base64.b64decode(content) for name, content in files.items()}
+
+
+def test_reads_files_relative_to_cwd_as_base64(root: Path):
+    files = read_cell_files(str(root), "nb", ["helper.py", "data/b.csv", "./helper.py"], 10_000)
+    assert decoded(files) == {"helper.py": b"X = 1\n", "data/b.csv": b"\x00\xff,1\n"}
+
+
+def test_empty_cwd_is_the_root(root: Path):
+    assert decoded(read_cell_files(str(root), "", ["top.py"], 10_000)) == {"top.py": b"top\n"}
+
+
+@pytest.mark.parametrize("ref", ["../secret.txt", "../../secret.txt", "/etc/passwd"])
+def test_a_file_outside_the_notebook_directory_is_rejected_naming_it(root: Path, ref: str):
+    with pytest.raises(SpecError, match=f"file {ref!r}") as caught:
+        read_cell_files(str(root), "nb", [ref], 10_000)
+    assert caught.value.field == "files"
+
+
+def test_a_symlink_leaving_the_root_is_rejected(root: Path):
+    os.symlink(root.parent / "secret.txt", root / "nb" / "link.txt")
+    with pytest.raises(SpecError, match="'link.txt' is outside the server's root"):
+        read_cell_files(str(root), "nb", ["link.txt"], 10_000)
+
+
+@pytest.mark.parametrize("cwd", ["..", "/tmp", "nb/../.."])
+def test_a_cwd_outside_the_root_is_rejected(root: Path, cwd: str):
+    with pytest.raises(SpecError, match="outside the server's root") as caught:
+        read_cell_files(str(root), cwd, ["x.py"], 10_000)
+    assert caught.value.field == "cwd"
+
+
+def test_a_missing_file_says_so(root: Path):
+    with pytest.raises(SpecError, match="file 'nope.py' named by %files does not exist"):
+        read_cell_files(str(root), "nb", ["nope.py"], 10_000)
+
+
+def test_a_directory_is_not_a_file(root: Path):
+    with pytest.raises(SpecError, match="'data' is not a regular file"):
+        read_cell_files(str(root), "nb", ["data"], 10_000)
+
+
+def test_files_over_the_payload_limit_are_refused_before_reading_them_all(root: Path):
+    with pytest.raises(LimitExceeded, match="reach 11 bytes at 'data/b.csv'"):
+        read_cell_files(str(root), "nb", ["helper.py", "data/b.csv"], 9)

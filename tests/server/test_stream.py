@@ -1,0 +1,255 @@
+"""The log websocket through a real jupyter_server with an in-memory engine."""
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+from tornado.websocket import WebSocketClientConnection
+
+from distrun.engines.base import JobState, LogLine
+from distrun.stream import FRAME_MAX_BYTES, FRAME_MAX_LINES, frames
+from tests.fake_engine import FakeEngine
+from tests.server.conftest import BOB
+
+SPEC = {"framework": "generic", "code": "", "roles": {"worker": {"replicas": 2}}}
+TIMEOUT = 30
+
+
+class _AnyTime:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, float)
+
+
+ANY_TIME = _AnyTime()
+
+
+async def submit(api: Any) -> str:
+    job = await api("jobs", method="POST", body={"spec": SPEC})
+    return str(job["id"])
+
+
+async def receive(ws: WebSocketClientConnection) -> dict[str, Any] | None:
+    message = await asyncio.wait_for(ws.read_message(), TIMEOUT)
+    return None if message is None else json.loads(message)
+
+
+async def receive_all(ws: WebSocketClientConnection) -> list[dict[str, Any]]:
+    """Every message until the server closes the connection."""
+    messages = []
+    while (message := await receive(ws)) is not None:
+        messages.append(message)
+    return messages
+
+
+def texts(messages: list[dict[str, Any]]) -> list[str]:
+    return [line[3] for m in messages if m["type"] == "lines" for line in m["lines"]]
+
+
+async def eventually(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(TIMEOUT):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def test_stream_sends_status_lines_as_they_come_then_end_and_closes_1000(
+    api, jp_ws_fetch, fake_engine: FakeEngine
+):
+    job_id = await submit(api)
+    fake_engine.emit(job_id, "worker-0", "before connect")
+    ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+    first = await receive(ws)
+    assert first is not None
+    assert first["type"] == "status"
+    assert first["job"]["id"] == job_id
+    assert first["job"]["state"] == "pending"
+    assert await receive(ws) == {
+        "type": "lines",
+        "lines": [["worker-0", 0, ANY_TIME, "before connect"]],
+    }
+
+    fake_engine.set_state(job_id, JobState.RUNNING)
+    running = await receive(ws)
+    assert running is not None
+    assert running["type"] == "status"
+    assert running["job"]["state"] == "running"
+    fake_engine.emit(job_id, "worker-1", "live")
+    assert texts([await receive(ws) or {}]) == ["live"]
+
+    fake_engine.emit(job_id, "worker-0", "last words")
+    fake_engine.finish(job_id)
+    rest = await receive_all(ws)
+    assert texts(rest) == ["last words"]
+    assert [m["job"]["state"] for m in rest if m["type"] == "status"] == ["succeeded"]
+    assert rest[-1] == {"type": "end"}
+    assert ws.close_code == 1000
+
+
+async def test_reconnecting_with_since_resumes_without_loss_or_repeat(
+    api, jp_ws_fetch, fake_engine: FakeEngine
+):
+    job_id = await submit(api)
+    fake_engine.set_state(job_id, JobState.RUNNING)
+    fake_engine.emit(job_id, "worker-0", "a0", "a1", "a2")
+    fake_engine.emit(job_id, "worker-1", "b0")
+    ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+    received: list[list[Any]] = []
+    while len(received) < 4:
+        message = await receive(ws)
+        assert message is not None
+        received += message.get("lines", [])
+    ws.close()
+
+    fake_engine.emit(job_id, "worker-0", "a3")
+    fake_engine.emit(job_id, "worker-1", "b1", "b2")
+    fake_engine.finish(job_id)
+    last_seq: dict[str, int] = {}
+    for replica, seq, _, _ in received:
+        last_seq[replica] = seq
+    since = ",".join(f"{replica}:{seq + 1}" for replica, seq in last_seq.items())
+    ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream", params={"since": since})
+    resumed = await receive_all(ws)
+    assert [line[3] for line in received] + texts(resumed) == [
+        "a0",
+        "a1",
+        "a2",
+        "b0",
+        "a3",
+        "b1",
+        "b2",
+    ]
+    assert ws.close_code == 1000
+
+
+async def test_replica_filter_streams_only_those_replicas(api, jp_ws_fetch, fake_engine):
+    job_id = await submit(api)
+    fake_engine.emit(job_id, "worker-0", "zero")
+    fake_engine.emit(job_id, "worker-1", "one")
+    fake_engine.finish(job_id)
+    ws = await jp_ws_fetch(
+        "distrun", "jobs", job_id, "logs", "stream", params={"replica": "worker-1"}
+    )
+    messages = await receive_all(ws)
+    assert texts(messages) == ["one"]
+    assert messages[-1] == {"type": "end"}
+
+
+async def test_many_lines_are_coalesced_into_bounded_frames(api, jp_ws_fetch, fake_engine):
+    job_id = await submit(api)
+    fake_engine.emit(job_id, "worker-0", *[f"line {i}" for i in range(10_000)])
+    fake_engine.finish(job_id)
+    ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+    messages = await receive_all(ws)
+    line_frames = [m for m in messages if m["type"] == "lines"]
+    assert texts(messages) == [f"line {i}" for i in range(10_000)]
+    assert len(line_frames) == 5
+    assert all(len(m["lines"]) == FRAME_MAX_LINES for m in line_frames)
+
+
+async def test_unknown_job_gets_an_error_then_close_4404(api, jp_ws_fetch):
+    ws = await jp_ws_fetch("distrun", "jobs", "nope-00000", "logs", "stream")
+    assert await receive_all(ws) == [{"type": "error", "message": "no job 'nope-00000'"}]
+    assert ws.close_code == 4404
+
+
+async def test_another_users_job_gets_close_4404(api, jp_ws_fetch):
+    job_id = await submit(api)
+    ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream", headers=BOB)
+    messages = await receive_all(ws)
+    assert [m["type"] for m in messages] == ["error"]
+    assert ws.close_code == 4404
+
+
+async def test_malformed_since_gets_an_error_then_close_4400(api, jp_ws_fetch):
+    job_id = await submit(api)
+    ws = await jp_ws_fetch(
+        "distrun", "jobs", job_id, "logs", "stream", params={"since": "worker-0:ten"}
+    )
+    messages = await receive_all(ws)
+    assert messages[0]["type"] == "error"
+    assert messages[0]["field"] == "since"
+    assert "worker-0:ten" in messages[0]["message"]
+    assert ws.close_code == 4400
+
+
+async def test_unknown_replica_gets_close_4400(api, jp_ws_fetch):
+    job_id = await submit(api)
+    ws = await jp_ws_fetch(
+        "distrun", "jobs", job_id, "logs", "stream", params={"replica": "worker-9"}
+    )
+    messages = await receive_all(ws)
+    assert "has no replica worker-9" in messages[0]["message"]
+    assert ws.close_code == 4400
+
+
+async def test_client_disconnect_stops_the_follower_and_its_task(
+    api, jp_ws_fetch, fake_engine: FakeEngine, distrun_app
+):
+    job_id = await submit(api)
+    ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+    assert (await receive(ws) or {})["type"] == "status"
+    await eventually(lambda: fake_engine.active_followers == 1)
+    assert len(distrun_app.streams) == 1
+    ws.close()
+    await eventually(lambda: fake_engine.active_followers == 0 and not distrun_app.streams)
+
+
+async def test_stream_socket_has_tcp_nodelay(api, jp_ws_fetch, distrun_app):
+    job_id = await submit(api)
+    ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+    assert (await receive(ws) or {})["type"] == "status"
+    [handler] = distrun_app.streams.values()
+    assert handler.socket_nodelay() is True
+    ws.close()
+
+
+async def test_server_stop_closes_open_streams_and_the_engines(
+    api, jp_ws_fetch, fake_engine: FakeEngine, distrun_app
+):
+    job_id = await submit(api)
+    ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+    assert (await receive(ws) or {})["type"] == "status"
+    await distrun_app.stop_extension()
+    assert not distrun_app.streams
+    assert fake_engine.active_followers == 0
+    assert fake_engine.closed
+
+
+def line(text: str, replica: str = "worker-0") -> LogLine:
+    return LogLine(replica, 0, 0.0, text)
+
+
+def test_frames_cut_at_the_line_limit():
+    lines = [line("x")] * (2 * FRAME_MAX_LINES + 1)
+    assert [len(frame) for frame in frames(lines)] == [FRAME_MAX_LINES, FRAME_MAX_LINES, 1]
+
+
+def test_frames_cut_near_the_byte_limit_and_give_a_huge_line_its_own_frame():
+    big = line("y" * (FRAME_MAX_BYTES // 3))
+    huge = line("z" * (2 * FRAME_MAX_BYTES))
+    result = frames([big, big, big, huge, line("after")])
+    assert [len(frame) for frame in result] == [2, 1, 1, 1]
+    assert result[2] == [huge]
+
+
+def test_frames_of_nothing_is_no_frame():
+    assert frames([]) == []
+
+
+async def test_a_client_that_stops_reading_holds_back_only_its_own_follower(
+    api, jp_ws_fetch, fake_engine: FakeEngine, distrun_app
+):
+    job_id = await submit(api)
+    stalled = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+    await eventually(lambda: fake_engine.active_followers == 1)
+    count = 30_000  # 30 MB: more than the loopback socket buffers hold
+    fake_engine.emit(job_id, "worker-0", *[f"{i:08d}" + "x" * 1000 for i in range(count)])
+    fake_engine.finish(job_id)
+    reader = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+    received = sum(len(m["lines"]) for m in await receive_all(reader) if m["type"] == "lines")
+    assert received == count
+    # The stalled client's follower waits on its socket instead of reading ahead into memory.
+    assert fake_engine.lines_followed[0] < count
+    assert len(distrun_app.streams) == 1
+    stalled.close()
+    await eventually(lambda: fake_engine.active_followers == 0 and not distrun_app.streams)

@@ -1,0 +1,159 @@
+"""Terminal rendering: replica prefixes, colours, status lines, tables and exit codes."""
+
+import io
+from typing import Any
+
+import pytest
+
+from distrun.console import (
+    Console,
+    exit_code,
+    format_duration,
+    job_details,
+    jobs_table,
+    status_line,
+    use_color,
+)
+from distrun.engines.base import LogLine
+
+
+def job(state: str = "running", running: int = 0, **extra: Any) -> dict[str, Any]:
+    names = ["master-0", "worker-0", "worker-1"]
+    data: dict[str, Any] = {
+        "id": "mnist-ab12c",
+        "name": "mnist",
+        "owner": "alice",
+        "engine": "local",
+        "framework": "pytorch",
+        "state": state,
+        "created_at": 1000.0,
+        "started_at": None,
+        "finished_at": None,
+        "reason": None,
+        "failed_replica": None,
+        "last_lines": [],
+        "replicas_running": running,
+        "replicas": [
+            {"name": n, "state": state, "exit_code": None, "restarts": 0, "reason": None}
+            for n in names
+        ],
+    }
+    data.update(extra)
+    return data
+
+
+def test_prefix_is_padded_to_the_longest_replica_name() -> None:
+    console = Console(["master-0", "worker-10", "ps-0"])
+    assert console.format_line(LogLine("master-0", 0, 0.0, "hi")) == "master-0  | hi"
+    assert console.format_line(LogLine("worker-10", 0, 0.0, "x")) == "worker-10 | x"
+    assert console.format_line(LogLine("ps-0", 3, 0.0, "")) == "ps-0      | "
+
+
+def test_an_unknown_replica_widens_the_prefix_instead_of_breaking() -> None:
+    console = Console(["worker-0"])
+    assert console.prefix("launcher-0") == "launcher-0 | "
+    assert console.prefix("worker-0") == "worker-0   | "
+
+
+def test_colours_differ_per_replica_and_reset_after_the_prefix() -> None:
+    console = Console(["worker-0", "worker-1"], color=True)
+    first, second = console.prefix("worker-0"), console.prefix("worker-1")
+    assert first.startswith("\x1b[") and first.endswith("\x1b[0m")
+    assert first != second and "worker-0 | " in first
+
+
+def test_a_replica_own_colour_codes_are_reset_at_the_end_of_its_line() -> None:
+    console = Console(["worker-0"], color=True)
+    assert console.format_line(LogLine("worker-0", 0, 0.0, "\x1b[31mred")).endswith("\x1b[0m")
+    plain = Console(["worker-0"])
+    assert plain.format_line(LogLine("worker-0", 0, 0.0, "\x1b[31mred")) == "worker-0 | \x1b[31mred"
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_colour_only_on_a_tty_and_only_without_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert use_color(Tty()) is True
+    assert use_color(io.StringIO()) is False
+    monkeypatch.setenv("NO_COLOR", "")
+    assert use_color(Tty()) is False
+
+
+def test_status_lines_say_where_the_job_is() -> None:
+    assert status_line(job("running", 3)) == "[distrun] job mnist-ab12c running (3/3 replicas)"
+    assert status_line(job("pending")) == "[distrun] job mnist-ab12c pending (3 replicas)"
+    assert (
+        status_line(job("pending", reason="waiting for a free GPU"))
+        == "[distrun] job mnist-ab12c pending: waiting for a free GPU"
+    )
+    failed = job("failed", reason="worker-1 exited with code 1")
+    assert status_line(failed) == "[distrun] job mnist-ab12c failed: worker-1 exited with code 1"
+    done = job("succeeded", started_at=10.0, finished_at=22.5)
+    assert status_line(done) == "[distrun] job mnist-ab12c succeeded in 12s"
+    assert status_line(job("cancelled")) == "[distrun] job mnist-ab12c cancelled"
+
+
+def test_status_change_reports_only_changes_of_state_or_running_count() -> None:
+    console = Console()
+    seen = [
+        console.status_change(update)
+        for update in (job("pending"), job("pending"), job("running", 1), job("running", 1),
+                       job("running", 3), job("succeeded"))
+    ]  # fmt: skip
+    assert seen == [
+        "[distrun] job mnist-ab12c pending (3 replicas)",
+        None,
+        "[distrun] job mnist-ab12c running (1/3 replicas)",
+        None,
+        "[distrun] job mnist-ab12c running (3/3 replicas)",
+        "[distrun] job mnist-ab12c succeeded",
+    ]
+
+
+def test_status_change_learns_replica_names_for_padding() -> None:
+    console = Console()
+    console.status_change(job())
+    assert console.prefix("ps-0") == "ps-0     | "
+
+
+@pytest.mark.parametrize(
+    ("state", "code"), [("succeeded", 0), ("failed", 1), ("cancelled", 1), ("running", 1)]
+)
+def test_exit_code_is_zero_only_for_a_succeeded_job(state: str, code: int) -> None:
+    assert exit_code(state) == code
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.42, "0.4s"), (-1, "0.0s"), (12, "12s"), (185, "3m05s"), (7620, "2h07m"), (273600, "3d04h")],
+)
+def test_durations_are_short(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+
+
+def test_jobs_table_has_aligned_columns_with_age_and_duration() -> None:
+    running = job("running", 2, started_at=1030.0)
+    finished = job("succeeded", id="other-zz9zz", started_at=1000.0, finished_at=1090.0)
+    table = jobs_table([running, finished], now=1100.0).splitlines()
+    assert table[0].split() == ["ID", "STATE", "FRAMEWORK", "REPLICAS", "AGE", "DURATION"]
+    assert table[1].split() == ["mnist-ab12c", "running", "pytorch", "2/3", "1m40s", "1m10s"]
+    assert table[2].split() == ["other-zz9zz", "succeeded", "pytorch", "0/3", "1m40s", "1m30s"]
+    assert table[1].index("running") == table[0].index("STATE")
+
+
+def test_job_details_show_every_replica_and_the_failing_lines() -> None:
+    failed = job(
+        "failed",
+        reason="worker-1 exited with code 1",
+        failed_replica="worker-1",
+        last_lines=["Traceback (most recent call last):", "ValueError: boom"],
+    )
+    failed["replicas"][2]["exit_code"] = 1
+    text = job_details(failed)
+    assert "reason:    worker-1 exited with code 1" in text
+    assert any(line.startswith("worker-1") and " 1 " in line for line in text.splitlines())
+    assert text.endswith("last lines of worker-1:\n  Traceback (most recent call last):\n"
+                         "  ValueError: boom")  # fmt: skip
