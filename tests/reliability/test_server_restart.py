@@ -15,6 +15,7 @@ import pytest
 from distrun.engines.base import Job, JobState, LogBatch, LogLine
 from distrun.engines.local import LOST_REASON, LocalEngine
 from distrun.errors import EngineError
+from distrun.supervisor import process_start_time
 
 from .helpers import (
     NUMBERED_LINES_CODE,
@@ -96,6 +97,7 @@ async def test_a_job_whose_supervisor_died_while_the_server_was_down_is_reported
     # While no server runs, the supervisor dies (the OOM killer, a stray kill -9).
     supervisor = json.loads((old._jobs_dir / job.id / "supervisor.json").read_text())
     os.kill(supervisor["pid"], signal.SIGKILL)
+    await wait_until(lambda: process_start_time(supervisor["pid"]) is None, "it is dead", 15)
 
     new = make_local_engine()
     lost = await new.get_job(job.id, "alice")
