@@ -26,7 +26,7 @@ from typing import Any
 from .. import jobids
 from ..entrypoint import code_file
 from ..errors import EngineError, LimitExceeded, NotFound, SpecError
-from ..logstore import LogReader, LogTail
+from ..logstore import LogReader, LogTail, log_path
 from ..spec import JobSpec, Limits, check_relative_path
 from ..supervisor import (
     JobFiles,
@@ -385,6 +385,9 @@ class _JobWatcher:
         self._engine = engine
         self._job_id = job_id
         self._files = engine._files(job_id)
+        # Stat'ed many times a second per followed job: plain strings, no directory listing.
+        self._status_path = str(self._files.status)
+        self._log_paths = [str(log_path(self._files.logs, r.name)) for r in job.replicas]
         self._changed = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._poll())
 
@@ -434,9 +437,7 @@ class _JobWatcher:
 
     def _stat(self) -> tuple[object, tuple[object, ...]]:
         """Cheap fingerprints of status.json and of every log; `stat` does not block for long."""
-        return _fingerprint(self._files.status), tuple(
-            _fingerprint(path) for path in sorted(self._files.logs.glob("*.log"))
-        )
+        return _fingerprint(self._status_path), tuple(map(_fingerprint, self._log_paths))
 
     def _notify(self) -> None:
         self.version += 1
@@ -444,7 +445,7 @@ class _JobWatcher:
         self._changed = asyncio.Event()
 
 
-def _fingerprint(path: Path) -> object:
+def _fingerprint(path: str) -> object:
     try:
         st = os.stat(path)
     except FileNotFoundError:
