@@ -89,3 +89,32 @@ async def test_generic_cell_runs_on_the_local_engine_and_each_replica_reports_it
     for rank in range(3):
         (line,) = printed[f"worker-{rank}"]
         assert line.startswith(f"worker-{rank} is rank {rank} of 3 on "), line
+
+
+def test_the_notebook_runs_top_to_bottom_in_a_real_kernel(
+    tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a newcomer does first: every job cell runs through the kernel magic on the local
+    engine and streams every replica's lines into its output."""
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path))  # the local engine's state dir
+    notebook = nbformat.read(NOTEBOOK_PATH, as_version=4)
+    NotebookClient(notebook, timeout=600, kernel_name="python3").execute()
+    outputs = {
+        c.id: "".join(o.get("text", "") for o in c.get("outputs", []))
+        for c in notebook.cells
+        if c.cell_type == "code"
+    }
+    for cell_id, (_, roles) in EXPECTED_JOBS.items():
+        text = outputs[cell_id]
+        for role, count in roles.items():
+            for index in range(count):
+                assert f"{role}-{index} | " in text, (cell_id, text[-2000:])
+        assert "succeeded" in text, (cell_id, text[-2000:])
+    shas = {
+        line.split("weights_sha=")[1]
+        for line in outputs["pytorch-ddp"].splitlines()
+        if "weights_sha=" in line
+    }
+    assert len(shas) == 1  # the three ranks agree on the trained weights

@@ -1,0 +1,435 @@
+"""The identity front: the only way in to Enterprise Gateway, and the reason one user cannot
+start, list or reach another user's kernels.
+
+EG trusts whatever KERNEL_USERNAME a caller sends, and anyone holding its one shared token may
+send any. The front sits in EG's pod (EG itself listens on loopback) and:
+
+- authenticates every request with a per-user token, `<hmac>.<username>`, where the hmac is
+  HMAC-SHA256(key, "distrun-gateway-v1\\0" + username). The key lives in a Secret that only the
+  hub and the front read; the hub hands each user's server its own token (see
+  helm/jupyterhub-values.yaml), so a user can present their own name and nobody else's;
+- OVERWRITES KERNEL_USERNAME (and KERNEL_NAMESPACE when a namespace policy is set) when a kernel
+  starts, and drops every other KERNEL_* variable a client could use to steer the kernel pod
+  (image, uid, volumes, service account);
+- records who owns each kernel in the directory the replicas share, lists only the caller's
+  kernels and answers 404 for anybody else's (so kernel ids leak nothing);
+- revives the caller's kernels this replica does not know yet (after a rolling update) when
+  they list them, so their notebook servers do not think the kernels were culled;
+- answers unknown kernel names and upstream failures with a short JSON message, never EG's
+  traceback, and exposes nothing but the kernel and kernelspec API (no swagger document).
+
+Run it with the stdlib and tornado only (EG's image has both):
+
+    python identity_front.py  # configured by DISTRUN_FRONT_* and EG_AUTH_TOKEN, see FrontConfig
+"""
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import uuid
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from tornado import httpclient, web, websocket
+from tornado.httputil import HTTPHeaders
+
+log = logging.getLogger("distrun.identity_front")
+
+TOKEN_CONTEXT = b"distrun-gateway-v1\0"
+USERNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")
+NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+KERNEL_ID = r"(?P<kernel_id>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
+# KERNEL_* variables a client may still set; the front sets the identity ones itself.
+CLIENT_KERNEL_VARS = frozenset({"KERNEL_WORKING_DIR", "KERNEL_LAUNCH_TIMEOUT"})
+UPSTREAM_RESPONSE_HEADERS = ("Content-Type", "Location", "Cache-Control")
+
+
+# --- tokens ---------------------------------------------------------------------------------
+
+
+def user_token(key: bytes, username: str) -> str:
+    """The token that proves `username` to the front (what the hub gives that user's server)."""
+    mac = hmac.new(key, TOKEN_CONTEXT + username.encode(), hashlib.sha256).hexdigest()
+    return f"{mac}.{username}"
+
+
+def verify_token(key: bytes, token: str) -> str | None:
+    """The username a token proves, or None when it proves nothing."""
+    _mac, dot, username = token.partition(".")
+    if not dot or not USERNAME_RE.match(username):
+        return None
+    return username if hmac.compare_digest(user_token(key, username), token) else None
+
+
+def kernel_namespace(policy: str, username: str) -> str | None:
+    """The namespace a user's kernel pods run in: `policy` is "", a fixed namespace, or a
+    template with `{username}` (one namespace per user). None: the user's name cannot form one."""
+    if not policy:
+        return None
+    namespace = policy.replace("{username}", username.lower())
+    return namespace if NAMESPACE_RE.match(namespace) else None
+
+
+# --- configuration and ownership ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FrontConfig:
+    upstream: str  # EG's base URL, e.g. http://127.0.0.1:8889
+    upstream_token: str  # EG's own token; never leaves the pod
+    key: bytes  # the HMAC key user tokens are signed with
+    state_dir: Path  # shared by every replica: who owns which kernel
+    namespace_policy: str = ""
+    client_envs: frozenset[str] = field(default_factory=lambda: frozenset({"DISTRUN_URL"}))
+    request_timeout: float = 120.0
+
+    @classmethod
+    def from_environ(cls, environ: dict[str, str] | None = None) -> "FrontConfig":
+        env = dict(os.environ if environ is None else environ)
+        key = env.get("DISTRUN_FRONT_KEY", "")
+        if len(key) < 32:
+            raise SystemExit("DISTRUN_FRONT_KEY must hold at least 32 characters of secret")
+        names = env.get("DISTRUN_FRONT_CLIENT_ENVS", "DISTRUN_URL,DISTRUN_TOKEN")
+        return cls(
+            upstream=env.get("DISTRUN_FRONT_UPSTREAM", "http://127.0.0.1:8889").rstrip("/"),
+            upstream_token=env["EG_AUTH_TOKEN"],
+            key=key.encode(),
+            state_dir=Path(env["DISTRUN_GATEWAY_STATE"]) / "owners",
+            namespace_policy=env.get("DISTRUN_FRONT_KERNEL_NAMESPACE", ""),
+            client_envs=frozenset(n for n in names.split(",") if n),
+        )
+
+
+class OwnerStore:
+    """kernel id -> owner, one small file per kernel in the directory all replicas share."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def record(self, kernel_id: str, owner: str) -> None:
+        temporary = self.directory / f".{kernel_id}.{uuid.uuid4().hex}"
+        temporary.write_text(owner)
+        temporary.replace(self.directory / kernel_id)  # atomic: readers see all or nothing
+
+    def owner(self, kernel_id: str) -> str | None:
+        try:
+            return (self.directory / kernel_id).read_text()
+        except FileNotFoundError:
+            return None
+
+    def forget(self, kernel_id: str) -> None:
+        (self.directory / kernel_id).unlink(missing_ok=True)
+
+    def kernels_of(self, owner: str) -> list[str]:
+        return [
+            path.name
+            for path in self.directory.iterdir()
+            if not path.name.startswith(".") and self.owner(path.name) == owner
+        ]
+
+
+# --- handlers -------------------------------------------------------------------------------
+
+
+class FrontHandler(web.RequestHandler):
+    """Authenticates the caller; subclasses reach EG through `upstream()`."""
+
+    config: FrontConfig
+    owners: OwnerStore
+    username: str
+
+    def initialize(self, config: FrontConfig, owners: OwnerStore) -> None:
+        self.config = config
+        self.owners = owners
+
+    def prepare(self) -> None:
+        scheme, _, token = self.request.headers.get("Authorization", "").partition(" ")
+        username = None
+        if scheme.lower() in ("token", "bearer"):
+            username = verify_token(self.config.key, token.strip())
+        if username is None:
+            raise web.HTTPError(401, reason="a valid distrun gateway token is required")
+        self.username = username
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"message": self._reason}))
+
+    def fail(self, status: int, message: str) -> NoReturn:
+        raise web.HTTPError(status, reason=message)
+
+    async def upstream(
+        self, path: str, method: str = "GET", body: bytes | None = None
+    ) -> httpclient.HTTPResponse:
+        request = httpclient.HTTPRequest(
+            self.config.upstream + path,
+            method=method,
+            body=body,
+            headers={
+                "Authorization": f"token {self.config.upstream_token}",
+                "Content-Type": "application/json",
+            },
+            request_timeout=self.config.request_timeout,
+            allow_nonstandard_methods=True,
+        )
+        try:
+            return await httpclient.AsyncHTTPClient().fetch(request, raise_error=False)
+        except (OSError, httpclient.HTTPClientError) as exc:
+            log.error("gateway unreachable: %s", exc)
+            raise web.HTTPError(502, reason="the kernel gateway is not reachable") from None
+
+    def relay(self, response: httpclient.HTTPResponse) -> None:
+        """Pass EG's answer on; an EG failure becomes a short message (its body is a traceback)."""
+        if response.code >= 500:
+            log.error("gateway answered %s: %s", response.code, (response.body or b"")[:2000])
+            self.fail(502, f"the kernel gateway failed ({response.code}); see its log")
+        self.set_status(response.code)
+        for name in UPSTREAM_RESPONSE_HEADERS:
+            if name in response.headers:
+                self.set_header(name, response.headers[name])
+        self.finish(None if response.code in (204, 304) else response.body or b"")
+
+    async def check_owner(self, kernel_id: str) -> None:
+        owner = await asyncio.to_thread(self.owners.owner, kernel_id)
+        if owner != self.username:
+            self.fail(404, f"no kernel {kernel_id}")
+
+
+class PassThroughHandler(FrontHandler):
+    """Read-only kernelspec and version endpoints, same for every user."""
+
+    async def get(self, *args: str, **kwargs: str) -> None:
+        self.relay(await self.upstream(self.request.uri or "/"))
+
+
+class KernelsHandler(FrontHandler):
+    async def get(self) -> None:
+        """The caller's kernels, including those only another (or a former) replica knew."""
+        listing = await self.upstream("/api/kernels")
+        if listing.code != 200:
+            return self.relay(listing)
+        known = {model["id"]: model for model in json.loads(listing.body)}
+        mine = await asyncio.to_thread(self.owners.kernels_of, self.username)
+        models = []
+        for kernel_id in mine:
+            model = known.get(kernel_id) or await self._revive(kernel_id)
+            if model is not None:
+                models.append(model)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(models))
+
+    async def _revive(self, kernel_id: str) -> dict[str, Any] | None:
+        """EG revives a kernel from its persisted session when asked for it by id."""
+        response = await self.upstream(f"/api/kernels/{kernel_id}")
+        if response.code == 404:
+            await asyncio.to_thread(self.owners.forget, kernel_id)  # gone for good
+            return None
+        if response.code != 200:
+            return None  # keep the record; the next listing tries again
+        model: dict[str, Any] = json.loads(response.body)
+        return model
+
+    async def post(self) -> None:
+        request = self._start_request()
+        names = await self.upstream("/api/kernelspecs")
+        if names.code != 200:
+            return self.relay(names)
+        available = json.loads(names.body)["kernelspecs"]
+        if request["name"] not in available:
+            self.fail(
+                404,
+                f"no kernel named {request['name']!r}; available: {', '.join(sorted(available))}",
+            )
+        response = await self.upstream("/api/kernels", "POST", json.dumps(request).encode())
+        if response.code == 201:
+            kernel_id = json.loads(response.body)["id"]
+            await asyncio.to_thread(self.owners.record, kernel_id, self.username)
+            log.info("user %s started kernel %s (%s)", self.username, kernel_id, request["name"])
+        self.relay(response)
+
+    def _start_request(self) -> dict[str, Any]:
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            self.fail(400, "the request body must be JSON")
+        if not isinstance(body, dict) or not isinstance(body.get("env", {}), dict):
+            self.fail(400, 'the request body must look like {"name": ..., "env": {...}}')
+        name = body.get("name") or ""
+        if not isinstance(name, str) or not re.match(r"^[A-Za-z0-9._-]{1,64}$", name):
+            self.fail(400, "name the kernel to start, e.g. python_distrun")
+        env = {
+            key: str(value)
+            for key, value in body.get("env", {}).items()
+            if key in CLIENT_KERNEL_VARS or key in self.config.client_envs
+        }
+        env["KERNEL_USERNAME"] = self.username
+        if self.config.namespace_policy:
+            namespace = kernel_namespace(self.config.namespace_policy, self.username)
+            if namespace is None:
+                self.fail(403, f"user name {self.username!r} cannot form a kernel namespace")
+            env["KERNEL_NAMESPACE"] = str(namespace)
+        return {"name": name, "env": env}
+
+
+class KernelHandler(FrontHandler):
+    async def get(self, kernel_id: str) -> None:
+        await self.check_owner(kernel_id)
+        self.relay(await self.upstream(f"/api/kernels/{kernel_id}"))
+
+    async def delete(self, kernel_id: str) -> None:
+        await self.check_owner(kernel_id)
+        response = await self.upstream(f"/api/kernels/{kernel_id}", "DELETE")
+        if response.code in (204, 404):
+            await asyncio.to_thread(self.owners.forget, kernel_id)
+        self.relay(response)
+
+
+class KernelActionHandler(FrontHandler):
+    async def post(self, kernel_id: str, action: str) -> None:
+        await self.check_owner(kernel_id)
+        self.relay(await self.upstream(f"/api/kernels/{kernel_id}/{action}", "POST", b"{}"))
+
+
+class ChannelsHandler(websocket.WebSocketHandler):
+    """The kernel's websocket, piped to EG's after the caller proved they own the kernel."""
+
+    config: FrontConfig
+    owners: OwnerStore
+    kernel_id: str
+
+    def initialize(self, config: FrontConfig, owners: OwnerStore) -> None:
+        self.config = config
+        self.owners = owners
+        self.peer: websocket.WebSocketClientConnection | None = None
+        self.pump: asyncio.Task[None] | None = None
+
+    async def get(self, *args: str, **kwargs: str) -> None:
+        scheme, _, token = self.request.headers.get("Authorization", "").partition(" ")
+        username = verify_token(self.config.key, token.strip()) if scheme else None
+        if username is None:
+            return self._refuse(401, "a valid distrun gateway token is required")
+        self.kernel_id = kwargs["kernel_id"]
+        if await asyncio.to_thread(self.owners.owner, self.kernel_id) != username:
+            return self._refuse(404, f"no kernel {self.kernel_id}")
+        try:
+            self.peer = await self._connect_upstream()
+        except (OSError, websocket.WebSocketError, httpclient.HTTPClientError) as exc:
+            log.error("cannot open the gateway websocket of %s: %s", self.kernel_id, exc)
+            return self._refuse(502, "the kernel gateway is not reachable")
+        await super().get(*args, **kwargs)
+
+    def _refuse(self, status: int, message: str) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.write(json.dumps({"message": message}))
+        self.finish()
+
+    async def _connect_upstream(self) -> websocket.WebSocketClientConnection:
+        url = self.config.upstream.replace("http", "ws", 1) + (self.request.uri or "")
+        headers = HTTPHeaders({"Authorization": f"token {self.config.upstream_token}"})
+        request = httpclient.HTTPRequest(url, headers=headers, request_timeout=30)
+        peer = await websocket.websocket_connect(request)
+        _nodelay(getattr(peer, "stream", None))
+        return peer
+
+    def open(self, *args: str, **kwargs: str) -> None:
+        self.set_nodelay(True)
+        self.pump = asyncio.ensure_future(self._pump_from_upstream())
+
+    async def _pump_from_upstream(self) -> None:
+        assert self.peer is not None
+        while True:
+            message = await self.peer.read_message()
+            if message is None:
+                break
+            try:
+                await self.write_message(message, binary=isinstance(message, bytes))
+            except websocket.WebSocketClosedError:
+                break
+        self.close()
+
+    def on_message(self, message: str | bytes) -> Awaitable[None] | None:
+        if self.peer is None:
+            return None
+        return self.peer.write_message(message, binary=isinstance(message, bytes))
+
+    def on_close(self) -> None:
+        if self.peer is not None:
+            self.peer.close()
+        if self.pump is not None:
+            self.pump.cancel()
+
+
+class NotFoundHandler(web.RequestHandler):
+    def prepare(self) -> None:
+        self.set_status(404)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"message": "not found"}))
+
+
+class HealthHandler(web.RequestHandler):
+    def get(self) -> None:
+        self.finish({"status": "ok"})
+
+
+def _nodelay(stream: Any) -> None:
+    sock = getattr(stream, "socket", None)
+    if sock is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def make_app(config: FrontConfig) -> web.Application:
+    owners = OwnerStore(config.state_dir)
+    context = {"config": config, "owners": owners}
+    return web.Application(
+        [
+            (r"/healthz", HealthHandler),
+            (r"/api", PassThroughHandler, context),
+            (r"/api/kernelspecs", PassThroughHandler, context),
+            (r"/api/kernelspecs/[A-Za-z0-9._-]+", PassThroughHandler, context),
+            (r"/kernelspecs/[A-Za-z0-9._-]+/[A-Za-z0-9._-]+", PassThroughHandler, context),
+            (r"/api/kernels", KernelsHandler, context),
+            (rf"/api/kernels/{KERNEL_ID}", KernelHandler, context),
+            (
+                rf"/api/kernels/{KERNEL_ID}/(?P<action>interrupt|restart)",
+                KernelActionHandler,
+                context,
+            ),
+            (rf"/api/kernels/{KERNEL_ID}/channels", ChannelsHandler, context),
+        ],
+        default_handler_class=NotFoundHandler,
+        websocket_ping_interval=30,
+    )
+
+
+async def serve(config: FrontConfig, address: str, port: int) -> None:
+    server = make_app(config).listen(port, address, xheaders=False)
+    log.info("identity front on %s:%d -> %s", address, port, config.upstream)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    await stop.wait()
+    server.stop()
+    await server.close_all_connections()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    config = FrontConfig.from_environ()
+    address = os.environ.get("DISTRUN_FRONT_IP", "0.0.0.0")
+    port = int(os.environ.get("DISTRUN_FRONT_PORT", "8888"))
+    asyncio.run(serve(config, address, port))
+
+
+if __name__ == "__main__":
+    main()

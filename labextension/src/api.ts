@@ -1,0 +1,111 @@
+/**
+ * The one way to reach the distrun server extension: typed REST calls and websocket URLs,
+ * both built from the Jupyter server's connection settings (base URL, token, XSRF).
+ */
+
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+import { IJob, IJobList, ISubmitCell } from './model';
+
+/** A failed request: the HTTP status (0 when the server was unreachable) and its message. */
+export class DistrunAPIError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly line: number | null = null,
+    readonly field: string | null = null
+  ) {
+    super(message);
+    this.name = 'DistrunAPIError';
+  }
+}
+
+/** Calls `{baseUrl}/distrun/{endPoint}` and returns its JSON (undefined for a 204). */
+export async function requestAPI<T>(
+  endPoint: string,
+  init: RequestInit = {},
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<T> {
+  const url = URLExt.join(settings.baseUrl, 'distrun', endPoint);
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, init, settings);
+  } catch (error) {
+    throw new DistrunAPIError(0, String((error as Error).message ?? error));
+  }
+  const text = await response.text();
+  const data = parseJSON(text);
+  if (!response.ok) {
+    const body = (data ?? {}) as {
+      message?: unknown;
+      line?: unknown;
+      field?: unknown;
+    };
+    throw new DistrunAPIError(
+      response.status,
+      typeof body.message === 'string'
+        ? body.message
+        : response.statusText || text,
+      typeof body.line === 'number' ? body.line : null,
+      typeof body.field === 'string' ? body.field : null
+    );
+  }
+  return data as T;
+}
+
+function parseJSON(text: string): unknown {
+  if (!text) {
+    return undefined;
+  }
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+export function listJobs(): Promise<IJobList> {
+  return requestAPI<IJobList>('jobs');
+}
+
+export function submitCell(body: ISubmitCell): Promise<IJob> {
+  return requestAPI<IJob>('jobs', {
+    method: 'POST',
+    body: JSON.stringify(body)
+  });
+}
+
+export function cancelJob(id: string): Promise<IJob> {
+  return requestAPI<IJob>(`jobs/${encodeURIComponent(id)}/cancel`, {
+    method: 'POST'
+  });
+}
+
+export function deleteJob(id: string): Promise<void> {
+  return requestAPI<void>(`jobs/${encodeURIComponent(id)}`, {
+    method: 'DELETE'
+  });
+}
+
+/** The log stream's websocket URL, resuming after `since` (empty: from the first line). */
+export function logStreamUrl(
+  id: string,
+  since: string,
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): string {
+  const base = URLExt.join(
+    settings.wsUrl,
+    'distrun/jobs',
+    encodeURIComponent(id),
+    'logs/stream'
+  );
+  const query: string[] = [];
+  if (since) {
+    query.push(`since=${encodeURIComponent(since)}`);
+  }
+  if (settings.appendToken && settings.token) {
+    query.push(`token=${encodeURIComponent(settings.token)}`);
+  }
+  return query.length ? `${base}?${query.join('&')}` : base;
+}

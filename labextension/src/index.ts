@@ -1,0 +1,255 @@
+/**
+ * The distrun JupyterLab plugin: the "Run distributed" command (notebook toolbar, cell
+ * context menu, palette, shortcut; see schema/plugin.json), job commands and the sidebar.
+ * The live job output is the MIME renderer in mime.ts.
+ */
+
+import {
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import {
+  Dialog,
+  ICommandPalette,
+  showDialog,
+  showErrorMessage
+} from '@jupyterlab/apputils';
+import { CodeCell } from '@jupyterlab/cells';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { IStateDB } from '@jupyterlab/statedb';
+import {
+  ITranslator,
+  nullTranslator,
+  TranslationBundle
+} from '@jupyterlab/translation';
+import {
+  ReadonlyJSONObject,
+  ReadonlyPartialJSONObject
+} from '@lumino/coreutils';
+
+import { cancelJob, deleteJob } from './api';
+import { choiceFromSpec, IRunChoice } from './header';
+import { distrunIcon } from './icons';
+// The sidebar is needed at activation (the layout restorer tracks it), so load it eagerly.
+// eslint-disable-next-line jupyter/prefer-lazy-imports
+import { JobListPanel } from './sidebar';
+import { CommandIDs, PLUGIN_ID, TRANSLATION_DOMAIN } from './tokens';
+
+const LAST_CHOICE_KEY = `${PLUGIN_ID}:last-choice`;
+
+/** The active cell when it is a code cell: the one the job output goes to. */
+function activeCodeCell(panel: NotebookPanel | null): CodeCell | null {
+  const cell = panel?.content.activeCell;
+  return cell instanceof CodeCell ? cell : null;
+}
+
+const NO_ARGS = { args: { type: 'object', properties: {} } } as const;
+const JOB_ID_ARGS = {
+  args: {
+    type: 'object',
+    properties: { id: { type: 'string', description: 'The job id' } },
+    required: ['id']
+  }
+} as const;
+
+/** What a header-less cell runs as, from the settings and the last submitted job. */
+class RunChoices {
+  constructor(private readonly _state: IStateDB | null) {}
+
+  settings: IRunChoice = { framework: 'pytorch', replicas: {} };
+  useLastChoice = true;
+
+  current(): IRunChoice {
+    return this.useLastChoice && this._last ? this._last : this.settings;
+  }
+
+  async restore(): Promise<void> {
+    const saved = (await this._state?.fetch(LAST_CHOICE_KEY)) as
+      IRunChoice | undefined;
+    if (saved && typeof saved.framework === 'string') {
+      this._last = saved;
+    }
+  }
+
+  remember(choice: IRunChoice): void {
+    this._last = choice;
+    void this._state?.save(
+      LAST_CHOICE_KEY,
+      choice as unknown as ReadonlyJSONObject
+    );
+  }
+
+  loadSettings(settings: ISettingRegistry.ISettings): void {
+    this.settings = {
+      framework: settings.get('defaultFramework').composite as string,
+      replicas: settings.get('defaultReplicas').composite as Record<
+        string,
+        number
+      >
+    };
+    this.useLastChoice = settings.get('useLastChoice').composite as boolean;
+  }
+
+  private _last: IRunChoice | null = null;
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description:
+    'Run a notebook cell as a distributed job and follow its replicas live.',
+  autoStart: true,
+  requires: [INotebookTracker],
+  optional: [
+    ICommandPalette,
+    ILayoutRestorer,
+    ISettingRegistry,
+    IStateDB,
+    ITranslator
+  ],
+  activate: (
+    app: JupyterFrontEnd,
+    tracker: INotebookTracker,
+    palette: ICommandPalette | null,
+    restorer: ILayoutRestorer | null,
+    settingRegistry: ISettingRegistry | null,
+    state: IStateDB | null,
+    translator: ITranslator | null
+  ): void => {
+    const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
+    const choices = new RunChoices(state);
+    void choices.restore();
+    if (settingRegistry) {
+      void settingRegistry.load(PLUGIN_ID).then(settings => {
+        choices.loadSettings(settings);
+        settings.changed.connect(() => choices.loadSettings(settings));
+      });
+    }
+
+    const sidebar = new JobListPanel({
+      commands: app.commands,
+      translator: translator ?? nullTranslator
+    });
+    app.shell.add(sidebar, 'left', { rank: 900 });
+    restorer?.add(sidebar, sidebar.id);
+
+    addCommands(app, tracker, sidebar, choices, trans);
+    palette?.addItem({
+      command: CommandIDs.runCell,
+      category: trans.__('Distributed')
+    });
+    palette?.addItem({
+      command: CommandIDs.refreshJobs,
+      category: trans.__('Distributed')
+    });
+  }
+};
+
+function addCommands(
+  app: JupyterFrontEnd,
+  tracker: INotebookTracker,
+  sidebar: JobListPanel,
+  choices: RunChoices,
+  trans: TranslationBundle
+): void {
+  const { commands } = app;
+  const jobId = (args: ReadonlyPartialJSONObject): string =>
+    String(args.id ?? '');
+
+  commands.addCommand(CommandIDs.runCell, {
+    label: args => (args.toolbar ? '' : trans.__('Run distributed')),
+    describedBy: {
+      args: {
+        type: 'object',
+        properties: {
+          toolbar: { type: 'boolean', description: 'Shown as a toolbar icon' }
+        }
+      }
+    },
+    caption: trans.__(
+      'Run the cell as a distributed job and show every replica live'
+    ),
+    icon: distrunIcon,
+    isEnabled: () => activeCodeCell(tracker.currentWidget) !== null,
+    execute: async () => {
+      const panel = tracker.currentWidget;
+      if (!panel || !activeCodeCell(panel)) {
+        return;
+      }
+      const { runCellDistributed } = await import('./runcell');
+      const job = await runCellDistributed(panel, choices.current());
+      if (job) {
+        choices.remember(choiceFromSpec(job.spec));
+      }
+      await sidebar.refresh();
+    }
+  });
+
+  commands.addCommand(CommandIDs.cancelJob, {
+    label: trans.__('Cancel'),
+    describedBy: JOB_ID_ARGS,
+    caption: args => trans.__('Stop every replica of %1', jobId(args)),
+    execute: async args => {
+      try {
+        await cancelJob(jobId(args));
+      } catch (error) {
+        void showErrorMessage(
+          trans.__('Cannot cancel the job'),
+          error as Error
+        );
+      }
+      await sidebar.refresh();
+    }
+  });
+
+  commands.addCommand(CommandIDs.deleteJob, {
+    label: trans.__('Delete'),
+    describedBy: JOB_ID_ARGS,
+    caption: args =>
+      trans.__(
+        'Forget %1 and its logs (a running job is cancelled first)',
+        jobId(args)
+      ),
+    execute: async args => {
+      const id = jobId(args);
+      const answer = await showDialog({
+        title: trans.__('Delete job %1?', id),
+        body: trans.__(
+          'Its logs are deleted too; a running job is cancelled first.'
+        ),
+        buttons: [
+          Dialog.cancelButton(),
+          Dialog.warnButton({ label: trans.__('Delete') })
+        ]
+      });
+      if (!answer.button.accept) {
+        return;
+      }
+      try {
+        await deleteJob(id);
+      } catch (error) {
+        void showErrorMessage(
+          trans.__('Cannot delete the job'),
+          error as Error
+        );
+      }
+      await sidebar.refresh();
+    }
+  });
+
+  commands.addCommand(CommandIDs.refreshJobs, {
+    label: trans.__('Refresh distributed jobs'),
+    describedBy: NO_ARGS,
+    execute: () => sidebar.refresh()
+  });
+
+  tracker.activeCellChanged.connect(() =>
+    commands.notifyCommandChanged(CommandIDs.runCell)
+  );
+  tracker.currentChanged.connect(() =>
+    commands.notifyCommandChanged(CommandIDs.runCell)
+  );
+}
+
+export default plugin;

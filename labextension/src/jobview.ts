@@ -1,0 +1,205 @@
+/**
+ * A job shown live: a status line with a stop button over every replica's log lines.
+ *
+ * Lines go from the websocket into a LogBuffer and reach the DOM once per animation frame,
+ * as one fragment, and the DOM keeps at most `maxLines` lines, so a job printing 100k
+ * lines/s costs the tab one paint per frame rather than one per line.
+ */
+
+import { ITranslator, nullTranslator } from '@jupyterlab/translation';
+import { Widget } from '@lumino/widgets';
+
+import { cancelJob } from './api';
+import { replicaColorIndex, replicaPrefix } from './colors';
+import { formatStatus, ITrans } from './format';
+import { LogBuffer } from './logbuffer';
+import { IJob, isTerminal, LogTuple } from './model';
+import { JobStream } from './stream';
+import { TRANSLATION_DOMAIN } from './tokens';
+
+export const DEFAULT_MAX_LINES = 5000;
+
+export interface IJobViewOptions {
+  jobId: string;
+  translator?: ITranslator;
+  maxLines?: number;
+}
+
+export class JobView extends Widget {
+  constructor(options: IJobViewOptions) {
+    super();
+    this.jobId = options.jobId;
+    this._trans = (options.translator ?? nullTranslator).load(
+      TRANSLATION_DOMAIN
+    );
+    this._buffer = new LogBuffer(options.maxLines ?? DEFAULT_MAX_LINES);
+    this.addClass('jp-distrun-JobView');
+    this.node.dataset.testId = 'distrun-job';
+    this.node.dataset.jobId = this.jobId;
+    this._build();
+    this._stream = new JobStream(
+      this.jobId,
+      {
+        lines: lines => this._onLines(lines),
+        status: job => this._onStatus(job),
+        end: () => this._onEnd(),
+        error: message => this._showNotice(message, true),
+        disconnected: seconds =>
+          this._showNotice(
+            this._trans.__('connection lost; reconnecting in %1 s', seconds)
+          )
+      },
+      () => this._buffer.sinceParam()
+    );
+    this._stream.connect();
+  }
+
+  readonly jobId: string;
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._stream.dispose();
+    cancelAnimationFrame(this._frame);
+    super.dispose();
+  }
+
+  private _build(): void {
+    const header = document.createElement('div');
+    header.className = 'jp-distrun-JobView-header';
+
+    this._status.className = 'jp-distrun-JobView-status';
+    this._status.dataset.testId = 'distrun-job-status';
+    this._status.dataset.state = 'pending';
+    this._status.textContent = this._trans.__('connecting…');
+
+    const id = document.createElement('span');
+    id.className = 'jp-distrun-JobView-id';
+    id.textContent = this.jobId;
+
+    this._stop.className =
+      'jp-Button jp-mod-styled jp-mod-warn jp-distrun-JobView-stop';
+    this._stop.dataset.testId = 'distrun-job-stop';
+    this._stop.textContent = this._trans.__('Stop');
+    this._stop.title = this._trans.__('Cancel the job: stop every replica');
+    this._stop.onclick = () => void this._cancel();
+
+    header.append(this._status, id, this._stop);
+
+    this._notice.className = 'jp-distrun-JobView-notice';
+    this._notice.hidden = true;
+
+    this._log.className = 'jp-distrun-JobView-log';
+    this._log.dataset.testId = 'distrun-job-log';
+
+    this.node.append(header, this._notice, this._log);
+  }
+
+  private async _cancel(): Promise<void> {
+    this._stop.disabled = true;
+    try {
+      this._onStatus(await cancelJob(this.jobId));
+    } catch (error) {
+      this._stop.disabled = false;
+      this._showNotice((error as Error).message, true);
+    }
+  }
+
+  private _onStatus(job: IJob): void {
+    this._replicas = job.replicas.map(replica => replica.name);
+    this._prefixWidth = Math.max(0, ...this._replicas.map(name => name.length));
+    this._status.textContent = formatStatus(job, this._trans);
+    this._status.dataset.state = job.state;
+    this._stop.hidden = isTerminal(job.state);
+  }
+
+  private _onEnd(): void {
+    this._stop.hidden = true;
+    this._ended = true;
+    this._scheduleRender();
+  }
+
+  private _onLines(lines: LogTuple[]): void {
+    if (this._buffer.push(lines) > 0) {
+      this._scheduleRender();
+    }
+  }
+
+  private _showNotice(message: string, isError = false): void {
+    this._notice.textContent = message;
+    this._notice.hidden = false;
+    this._notice.classList.toggle('jp-mod-error', isError);
+  }
+
+  private _scheduleRender(): void {
+    if (this._frame === 0) {
+      this._frame = requestAnimationFrame(() => this._render());
+    }
+  }
+
+  private _render(): void {
+    this._frame = 0;
+    if (!this._notice.classList.contains('jp-mod-error')) {
+      this._notice.hidden = true;
+    }
+    const { lines, skipped } = this._buffer.drain();
+    const log = this._log;
+    const stickToBottom =
+      log.scrollHeight - log.scrollTop - log.clientHeight < 4;
+    if (skipped > 0) {
+      // Everything on screen is older than the skipped lines: start over from them.
+      log.replaceChildren(this._skippedNote(skipped));
+    }
+    const fragment = document.createDocumentFragment();
+    for (const line of lines) {
+      fragment.append(this._lineNode(line));
+    }
+    log.append(fragment);
+    this._trimLog();
+    if (stickToBottom) {
+      log.scrollTop = log.scrollHeight;
+    }
+    this.node.dataset.ended = String(this._ended);
+  }
+
+  private _lineNode([replica, , , text]: LogTuple): HTMLElement {
+    const line = document.createElement('div');
+    line.className = 'jp-distrun-line';
+    const prefix = document.createElement('span');
+    const colour = replicaColorIndex(replica, this._replicas);
+    prefix.className = `jp-distrun-prefix jp-distrun-c${colour}`;
+    prefix.textContent = replicaPrefix(replica, this._prefixWidth);
+    line.append(prefix, text);
+    return line;
+  }
+
+  private _skippedNote(count: number): HTMLElement {
+    const note = document.createElement('div');
+    note.className = 'jp-distrun-skipped';
+    note.textContent = this._trans.__(
+      '… %1 earlier lines not shown (the logs REST endpoint has them all)',
+      count
+    );
+    return note;
+  }
+
+  private _trimLog(): void {
+    const excess = this._log.childElementCount - this._buffer.maxLines;
+    for (let i = 0; i < excess; i++) {
+      this._log.firstElementChild?.remove();
+    }
+  }
+
+  private readonly _trans: ITrans;
+  private readonly _buffer: LogBuffer;
+  private readonly _stream: JobStream;
+  private readonly _status = document.createElement('span');
+  private readonly _stop = document.createElement('button');
+  private readonly _notice = document.createElement('div');
+  private readonly _log = document.createElement('div');
+  private _replicas: string[] = [];
+  private _prefixWidth = 0;
+  private _frame = 0;
+  private _ended = false;
+}

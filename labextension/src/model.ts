@@ -1,0 +1,93 @@
+/**
+ * The server's JSON shapes (see the API contract), typed once for every module.
+ */
+
+export type JobState =
+  'pending' | 'running' | 'succeeded' | 'failed' | 'cancelled';
+
+export interface IReplicaStatus {
+  name: string;
+  role: string;
+  index: number;
+  state: JobState;
+  exit_code: number | null;
+  restarts: number;
+  started_at: number | null;
+  finished_at: number | null;
+  reason: string | null;
+}
+
+export interface IRoleSpec {
+  replicas: number;
+  resources?: { cpu?: string | null; memory?: string | null; gpu?: number };
+}
+
+export interface IJobSpec {
+  framework: string;
+  roles: Record<string, IRoleSpec>;
+  name?: string;
+  [field: string]: unknown;
+}
+
+export interface IJob {
+  id: string;
+  name: string;
+  owner: string;
+  engine: string;
+  framework: string;
+  state: JobState;
+  created_at: number;
+  started_at: number | null;
+  finished_at: number | null;
+  replicas: IReplicaStatus[];
+  replicas_running: number;
+  spec: IJobSpec;
+  reason: string | null;
+  failed_replica: string | null;
+  last_lines: string[];
+}
+
+export interface IJobList {
+  jobs: IJob[];
+}
+
+/** One captured line: replica name, per-replica sequence number, capture time, text. */
+export type LogTuple = [
+  replica: string,
+  seq: number,
+  time: number,
+  text: string
+];
+
+/** A server -> client websocket frame of `/distrun/jobs/{id}/logs/stream`. */
+export type StreamMessage =
+  | { type: 'lines'; lines: LogTuple[] }
+  | { type: 'status'; job: IJob }
+  | { type: 'end' }
+  | { type: 'error'; message: string };
+
+/** The body of `POST /distrun/jobs` for a cell. */
+export interface ISubmitCell {
+  cell: string;
+  cwd?: string;
+  overrides?: Partial<IJobSpec>;
+}
+
+export const TERMINAL_STATES: ReadonlySet<JobState> = new Set([
+  'succeeded',
+  'failed',
+  'cancelled'
+]);
+
+export function isTerminal(state: JobState): boolean {
+  return TERMINAL_STATES.has(state);
+}
+
+/** Job ids are DNS-1035 labels of at most 40 characters (the server 404s anything else). */
+export function isJobId(value: unknown): value is string {
+  return (
+    typeof value === 'string' &&
+    value.length <= 40 &&
+    /^[a-z]([-a-z0-9]*[a-z0-9])?$/.test(value)
+  );
+}

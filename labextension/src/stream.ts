@@ -1,0 +1,107 @@
+/**
+ * A job's live log stream over the websocket, reconnecting with `since` until the server
+ * says the job ended, so a dropped connection loses and repeats nothing.
+ */
+
+import { IDisposable } from '@lumino/disposable';
+
+import { logStreamUrl } from './api';
+import { IJob, LogTuple, StreamMessage } from './model';
+
+export interface IStreamHandlers {
+  lines(lines: LogTuple[]): void;
+  status(job: IJob): void;
+  /** The job is terminal and every line was delivered. */
+  end(): void;
+  /** The server refused the stream (unknown job, bad request); no reconnect follows. */
+  error(message: string): void;
+  /** The connection dropped; `retryInSeconds` until the next attempt. */
+  disconnected(retryInSeconds: number): void;
+}
+
+const MAX_BACKOFF_SECONDS = 15;
+
+export class JobStream implements IDisposable {
+  /** `since` is asked for on every (re)connect: the consumer owns the cursor. */
+  constructor(
+    readonly jobId: string,
+    private readonly _handlers: IStreamHandlers,
+    private readonly _since: () => string
+  ) {}
+
+  get isDisposed(): boolean {
+    return this._disposed;
+  }
+
+  connect(): void {
+    if (this._disposed || this._finished) {
+      return;
+    }
+    const socket = new WebSocket(logStreamUrl(this.jobId, this._since()));
+    socket.onmessage = event => this._onMessage(event);
+    socket.onclose = event => this._onClose(event);
+    this._socket = socket;
+  }
+
+  dispose(): void {
+    if (this._disposed) {
+      return;
+    }
+    this._disposed = true;
+    window.clearTimeout(this._retryTimer);
+    if (this._socket) {
+      this._socket.onclose = null;
+      this._socket.onmessage = null;
+      this._socket.close();
+      this._socket = null;
+    }
+  }
+
+  private _onMessage(event: MessageEvent): void {
+    let message: StreamMessage;
+    try {
+      message = JSON.parse(event.data as string) as StreamMessage;
+    } catch {
+      return;
+    }
+    this._attempts = 0;
+    switch (message.type) {
+      case 'lines':
+        this._handlers.lines(message.lines);
+        break;
+      case 'status':
+        this._handlers.status(message.job);
+        break;
+      case 'end':
+        this._finished = true;
+        this._handlers.end();
+        break;
+      case 'error':
+        this._finished = true;
+        this._handlers.error(message.message);
+        break;
+    }
+  }
+
+  private _onClose(event: CloseEvent): void {
+    this._socket = null;
+    if (this._disposed || this._finished) {
+      return;
+    }
+    if (event.code === 4404 || event.code === 4400) {
+      this._finished = true;
+      this._handlers.error(event.reason || `log stream closed (${event.code})`);
+      return;
+    }
+    const delay = Math.min(2 ** this._attempts, MAX_BACKOFF_SECONDS);
+    this._attempts++;
+    this._handlers.disconnected(delay);
+    this._retryTimer = window.setTimeout(() => this.connect(), delay * 1000);
+  }
+
+  private _socket: WebSocket | null = null;
+  private _attempts = 0;
+  private _retryTimer = 0;
+  private _finished = false;
+  private _disposed = false;
+}

@@ -1,0 +1,18 @@
+/**
+ * Identifiers shared by the plugins: command ids, the output MIME type, the settings id.
+ */
+
+export const PLUGIN_ID = '@distrun/labextension:plugin';
+
+/** The MIME type of a cell output that shows a job live; its data is `{ job_id }`. */
+export const JOB_MIME_TYPE = 'application/vnd.distrun.job+json';
+
+export namespace CommandIDs {
+  export const runCell = 'distrun:run-cell';
+  export const cancelJob = 'distrun:cancel-job';
+  export const deleteJob = 'distrun:delete-job';
+  export const refreshJobs = 'distrun:refresh-jobs';
+}
+
+/** The gettext domain of every UI string. */
+export const TRANSLATION_DOMAIN = 'distrun';

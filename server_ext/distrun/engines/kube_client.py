@@ -1,0 +1,253 @@
+"""The few Kubernetes API calls the engines make, async (`kubernetes_asyncio`), on plain dicts.
+
+Responses are read raw and parsed as JSON, so every object stays the API's own camelCase dict
+(the same shape the manifest builders produce), and watches and log streams are read in chunks
+without a line-length ceiling. Failures become domain errors with the API's message.
+"""
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from ..errors import Conflict, DistrunError, EngineError, Forbidden, NotFound, SpecError
+
+Obj = dict[str, Any]
+_NOT_DNS_RE = re.compile(r"[^a-z0-9-]+")
+WATCH_SECONDS = 240  # the server ends a watch after this; we reconnect from the last version
+
+
+async def new_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """An ApiClient from `kubeconfig`, else in-cluster credentials when running in a pod, else
+    the default kubeconfig (~/.kube/config or $KUBECONFIG)."""
+    try:
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            return client.ApiClient(configuration)
+        return await config.new_client_from_config(
+            config_file=kubeconfig, context=context, persist_config=False
+        )
+    except (OSError, config.ConfigException, ValueError, TypeError) as error:
+        raise EngineError(f"cannot load the Kubernetes configuration: {error}") from None
+
+
+def namespace_for(template: str, owner: str) -> str:
+    """`template` with `{username}` replaced by a DNS-safe form of `owner` ("distrun-{username}"),
+    or `template` itself when it names one namespace for everyone."""
+    if "{username}" not in template:
+        return template
+    safe = _NOT_DNS_RE.sub("-", owner.lower()).strip("-") or "user"
+    name = template.replace("{username}", safe)[:63].strip("-")
+    if not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", name):
+        raise EngineError(f"the namespace template {template!r} gives an invalid name {name!r}")
+    return name
+
+
+def api_error(error: Exception, what: str) -> DistrunError:
+    """The domain error for a failed call; `what` says what we were doing ("create the job")."""
+    if isinstance(error, ApiException):
+        message = _api_message(error)
+        if error.status == 404:
+            return NotFound(f"cannot {what}: {message}")
+        if error.status == 409:
+            return Conflict(f"cannot {what}: {message}")
+        if error.status in (401, 403):
+            return Forbidden(f"the cluster does not allow us to {what}: {message}")
+        if error.status in (400, 422):
+            return SpecError(f"the cluster rejected the request to {what}: {message}")
+        return EngineError(f"cannot {what}: the API server answered {error.status}: {message}")
+    return EngineError(f"cannot {what}: the Kubernetes API server is unreachable ({error})")
+
+
+def _api_message(error: ApiException) -> str:
+    try:
+        return str(json.loads(error.body or "")["message"])
+    except (TypeError, ValueError, KeyError):
+        return str(error.reason or error.status)
+
+
+_CALL_ERRORS = (ApiException, aiohttp.ClientError, TimeoutError, OSError)
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str  # "" for the core group
+    version: str
+    plural: str
+
+
+PODS = Resource("", "v1", "pods")
+CONFIGMAPS = Resource("", "v1", "configmaps")
+EVENTS = Resource("", "v1", "events")
+
+
+class KubeApi:
+    """One namespace-agnostic facade over an ApiClient; every method returns plain dicts."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    async def close(self) -> None:
+        await self.api_client.close()
+
+    # --- objects ---
+
+    async def create(self, res: Resource, namespace: str, body: Obj, what: str) -> Obj:
+        return await self._call(what, self._method(res, "create"), namespace, body)
+
+    async def get(self, res: Resource, namespace: str, name: str, what: str) -> Obj:
+        return await self._call(what, self._method(res, "get"), namespace, name)
+
+    async def list(self, res: Resource, namespace: str, selector: str, what: str) -> Obj:
+        """The list object: `items` and `metadata.resourceVersion`."""
+        kwargs = {"label_selector": selector}
+        return await self._call(what, self._method(res, "list"), namespace, **kwargs)
+
+    async def list_events(self, namespace: str, field_selector: str, what: str) -> Obj:
+        method = self.core.list_namespaced_event
+        return await self._call(what, method, namespace, field_selector=field_selector)
+
+    async def replace(self, res: Resource, namespace: str, name: str, body: Obj, what: str) -> Obj:
+        return await self._call(what, self._method(res, "replace"), namespace, name, body)
+
+    async def delete(self, res: Resource, namespace: str, name: str, what: str) -> Obj:
+        body = {"propagationPolicy": "Foreground"}
+        return await self._call(what, self._method(res, "delete"), namespace, name, body=body)
+
+    async def watch(
+        self, res: Resource, namespace: str, selector: str, resource_version: str, what: str
+    ) -> AsyncIterator[Obj]:
+        """Watch events (`type`, `object`) from `resource_version` until the server ends the
+        watch; the caller lists again on a 410 Gone (an ERROR event) and watches anew."""
+        method = self._method(res, "list")
+        response = await self._raw(
+            what,
+            method,
+            namespace,
+            label_selector=selector,
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=WATCH_SECONDS,
+        )
+        try:
+            async for line in iter_lines(response):
+                if line.strip():
+                    yield json.loads(line)
+        finally:
+            response.release()
+
+    # --- logs ---
+
+    async def read_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        *,
+        previous: bool = False,
+        tail_lines: int | None = None,
+    ) -> bytes:
+        kwargs: dict[str, Any] = {"container": container, "timestamps": True}
+        if previous:
+            kwargs["previous"] = True
+        if tail_lines is not None:
+            kwargs["tail_lines"] = tail_lines
+        what = f"read the log of pod {pod}"
+        response = await self._raw(
+            what, self.core.read_namespaced_pod_log, pod, namespace, **kwargs
+        )
+        try:
+            return bytes(await response.read())
+        except _CALL_ERRORS as error:
+            raise api_error(error, what) from None
+        finally:
+            response.release()
+
+    @contextlib.asynccontextmanager
+    async def stream_log(self, namespace: str, pod: str, container: str) -> AsyncIterator[Any]:
+        """The live log response (`follow=True`); iterate it with `iter_lines`."""
+        what = f"follow the log of pod {pod}"
+        method = self.core.read_namespaced_pod_log
+        kwargs = {"container": container, "timestamps": True, "follow": True}
+        response = await self._raw(what, method, pod, namespace, **kwargs)
+        try:
+            yield response
+        finally:
+            response.close()
+
+    # --- plumbing ---
+
+    def _method(self, res: Resource, verb: str) -> Any:
+        if res.group == "":
+            kind = {"pods": "pod", "configmaps": "config_map", "events": "event"}[res.plural]
+            core_verb = "read" if verb == "get" else verb
+            method = getattr(self.core, f"{core_verb}_namespaced_{kind}")
+
+            async def core_call(namespace: str, *args: Any, **kwargs: Any) -> Any:
+                if verb in ("get", "replace", "delete"):
+                    name, *rest = args
+                    return await method(name, namespace, *rest, **kwargs)
+                return await method(namespace, *args, **kwargs)
+
+            return core_call
+        custom = getattr(self.custom, f"{verb}_namespaced_custom_object")
+
+        async def custom_call(namespace: str, *args: Any, **kwargs: Any) -> Any:
+            return await custom(res.group, res.version, namespace, res.plural, *args, **kwargs)
+
+        return custom_call
+
+    async def _raw(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Any:
+        """The unread response; a status outside 2xx is raised as a domain error (a raw
+        response, unlike a preloaded one, does not raise by itself)."""
+        try:
+            response = await method(*args, _preload_content=False, **kwargs)
+            if 200 <= response.status < 300:
+                return response
+            body = await response.read()
+            response.release()
+        except _CALL_ERRORS as error:
+            raise api_error(error, what) from None
+        failure = ApiException(status=response.status, reason=response.reason)
+        failure.body = body.decode("utf-8", "replace")
+        raise api_error(failure, what)
+
+    async def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Obj:
+        response = await self._raw(what, method, *args, **kwargs)
+        try:
+            data = json.loads(await response.read())
+        except _CALL_ERRORS as error:
+            raise api_error(error, what) from None
+        except ValueError:
+            raise EngineError(
+                f"cannot {what}: the API server sent something that is not JSON"
+            ) from None
+        finally:
+            response.release()
+        if not isinstance(data, dict):
+            raise EngineError(f"cannot {what}: unexpected answer from the API server")
+        return data
+
+
+async def iter_lines(response: Any) -> AsyncIterator[bytes]:
+    """The lines of a streamed response, whatever their length, without the newline; a last
+    line without a newline is yielded when the stream ends."""
+    pending = b""
+    async for chunk in response.content.iter_any():
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            yield line
+    if pending:
+        yield pending

@@ -1,0 +1,98 @@
+"""One user cannot start a kernel as another, nor see or reach another user's kernels."""
+
+import pytest
+from tornado import httpclient, websocket
+
+from .conftest import KERNEL_NAME, Gateways, execute, http, pid_alive, user_token
+
+pytestmark = pytest.mark.integration
+
+ALICE, BOB = user_token("alice"), user_token("bob")
+
+
+async def test_the_front_overwrites_a_forged_username_and_drops_pod_steering_variables(
+    gateways: Gateways,
+) -> None:
+    front = gateways.start("a").url
+    forged = {
+        "KERNEL_USERNAME": "bob",
+        "KERNEL_NAMESPACE": "kube-system",
+        "KERNEL_UID": "0",
+        "KERNEL_VOLUMES": "[{name: host, hostPath: {path: /}}]",
+        "DISTRUN_URL": "http://notebook.example/user/alice/",
+    }
+    status, kernel = http(
+        f"{front}/api/kernels", "POST", {"name": KERNEL_NAME, "env": forged}, ALICE
+    )
+    assert status == 201, kernel
+
+    stdout, errors = await execute(
+        f"{front.replace('http', 'ws')}/api/kernels/{kernel['id']}/channels",
+        ALICE,
+        "import os; print(os.environ['KERNEL_USERNAME'], os.environ['KERNEL_NAMESPACE'],"
+        " 'KERNEL_UID' in os.environ, 'KERNEL_VOLUMES' in os.environ, os.environ['DISTRUN_URL'])",
+    )
+
+    assert errors == []
+    assert stdout.split() == [
+        "alice", "kernels-alice", "False", "False", "http://notebook.example/user/alice/"
+    ]  # fmt: skip
+
+
+async def test_another_user_can_neither_list_nor_reach_nor_delete_the_kernel(
+    gateways: Gateways,
+) -> None:
+    front = gateways.start("a").url
+    status, kernel = http(f"{front}/api/kernels", "POST", {"name": KERNEL_NAME}, ALICE)
+    assert status == 201, kernel
+    kernel_url = f"{front}/api/kernels/{kernel['id']}"
+    stdout, _ = await execute(kernel_url.replace("http", "ws") + "/channels", ALICE,
+                              "import os; print(os.getpid())")  # fmt: skip
+    pid = int(stdout)
+
+    assert http(f"{front}/api/kernels", token=BOB) == (200, [])
+    assert http(kernel_url, token=BOB)[0] == 404
+    assert http(kernel_url + "/interrupt", "POST", {}, BOB)[0] == 404
+    assert http(kernel_url, "DELETE", token=BOB)[0] == 404
+    with pytest.raises(httpclient.HTTPClientError) as refused:
+        await execute(kernel_url.replace("http", "ws") + "/channels", BOB, "print(1)")
+    assert refused.value.code == 404
+
+    assert pid_alive(pid)
+    assert [k["id"] for k in http(f"{front}/api/kernels", token=ALICE)[1]] == [kernel["id"]]
+
+
+@pytest.mark.parametrize(
+    "token",
+    [None, "", "not-a-token", BOB.split(".")[0] + ".alice", user_token("alice") + "x"],
+    ids=["none", "empty", "garbage", "bobs-signature-alices-name", "tampered"],
+)
+def test_requests_without_a_valid_user_token_are_refused(
+    gateways: Gateways, token: str | None
+) -> None:
+    front = gateways.start("a").url
+    for path, method in [("/api/kernels", "GET"), ("/api/kernels", "POST"), ("/api", "GET"),
+                         ("/api/kernelspecs", "GET")]:  # fmt: skip
+        status, body = http(front + path, method, {"name": KERNEL_NAME}, token)
+        assert status == 401, (path, body)
+        assert body == {"message": "a valid distrun gateway token is required"}
+
+
+def test_unknown_kernel_names_and_other_endpoints_get_a_message_not_a_traceback(
+    gateways: Gateways,
+) -> None:
+    front = gateways.start("a").url
+    status, body = http(f"{front}/api/kernels", "POST", {"name": "python_nope"}, ALICE)
+    assert status == 404
+    assert body == {"message": "no kernel named 'python_nope'; available: python_distrun"}
+    assert http(f"{front}/api/swagger.yaml", token=ALICE) == (404, {"message": "not found"})
+    assert http(f"{front}/api/sessions", token=ALICE) == (404, {"message": "not found"})
+    status, specs = http(f"{front}/api/kernelspecs", token=ALICE)
+    assert status == 200 and set(specs["kernelspecs"]) == {KERNEL_NAME}
+
+
+async def test_the_gateway_itself_refuses_callers_without_its_own_token(gateways: Gateways) -> None:
+    replica = gateways.start("a")
+    assert http(f"{replica.eg_url}/api/kernels", token=ALICE)[0] == 401
+    with pytest.raises((httpclient.HTTPClientError, websocket.WebSocketError, OSError)):
+        await execute(f"ws://127.0.0.1:{replica.eg_port}/api/kernels/x/channels", ALICE, "1")

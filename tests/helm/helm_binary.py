@@ -1,0 +1,38 @@
+"""The helm binary, built once from its Go module into a cache dir keyed by version.
+
+Helm has no Debian package here; `go install helm.sh/helm/v3/cmd/helm@<version>` through the
+Go module proxy takes a few minutes on 2 cores the first time. The binary is built into a
+temporary directory and renamed into place, so a half-built one is never used.
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+HELM_VERSION = "v3.22.0"
+
+
+def helm_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "distrun" / f"helm-{HELM_VERSION}"
+
+
+def ensure_helm() -> Path:
+    binary = helm_dir() / "helm"
+    if binary.exists():
+        return binary
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=binary.parent) as build:
+        env = {**os.environ, "GOBIN": build, "CGO_ENABLED": "0"}
+        subprocess.run(
+            [go, "install", f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"], env=env, check=True
+        )
+        os.replace(Path(build) / "helm", binary)
+    return binary
+
+
+if __name__ == "__main__":
+    print(ensure_helm())

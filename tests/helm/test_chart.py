@@ -1,0 +1,180 @@
+"""The chart: lint, rendered objects, and (with a real kube-apiserver) dry runs and RBAC."""
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .helm_binary import ensure_helm
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "distrun"
+GATEWAY_CONFIG = REPO / "gateway_config"
+# A helm built by `go install` lacks the release ldflags and assumes Kubernetes 1.20.
+KUBE_VERSION = ("--kube-version", "1.33.0")
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    return ensure_helm()
+
+
+def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(helm), *args], check=False, capture_output=True, text=True, timeout=120
+    )
+
+
+def render(helm: Path, *args: str, namespace: str = "jhub") -> list[dict[str, Any]]:
+    result = run_helm(
+        helm, "template", "distrun", str(CHART), "--namespace", namespace, *KUBE_VERSION, *args
+    )
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [obj for obj in objects if obj["kind"] == kind]
+
+
+def one(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [o for o in by_kind(objects, kind) if name is None or o["metadata"]["name"] == name]
+    assert len(found) == 1, f"{len(found)} {kind} named {name}"
+    return found[0]
+
+
+def test_helm_lint_passes_for_default_and_per_user_values(helm: Path) -> None:
+    for extra in ([], ["--set", "kernels.namespacePolicy=per-user"]):
+        result = run_helm(helm, "lint", "--strict", str(CHART), *extra)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_gateway_runs_two_replicas_behind_the_front_with_kernels_from_configmaps(
+    helm: Path,
+) -> None:
+    objects = render(helm)
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = deployment["spec"]["template"]["spec"]
+    gateway, front = pod["containers"]
+    assert gateway["command"][:3] == ["python", "-m", "distrun_gateway"]
+    assert front["command"] == ["python", "/etc/distrun/gateway/identity_front.py"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    env = {e["name"]: e for e in gateway["env"]}
+    assert env["EG_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "eg-token"
+    front_env = {e["name"]: e for e in front["env"]}
+    assert front_env["DISTRUN_FRONT_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "user-key"
+    assert front_env["DISTRUN_FRONT_KERNEL_NAMESPACE"]["value"] == "jhub"
+
+    # The ConfigMaps carry gateway_config/ byte for byte: one source, no copies.
+    config = one(objects, "ConfigMap", "distrun-distrun-gateway")["data"]
+    for name in ("distrun_gateway.py", "identity_front.py", "enterprise_gateway_config.py"):
+        assert config[name] == (GATEWAY_CONFIG / "gateway" / name).read_text().rstrip("\n")
+    specs = one(objects, "ConfigMap", "distrun-distrun-kernelspecs")["data"]
+    for name in ("python_distrun", "python_distrun_gpu"):
+        spec = json.loads(specs[f"{name}.kernel.json"])
+        assert spec["argv"][1] == "/etc/distrun/kernel-pod/launch_kernel_pod.py"
+        assert spec["metadata"]["process_proxy"]["class_name"].endswith("KubernetesProcessProxy")
+
+    service = one(objects, "Service")
+    assert service["spec"]["sessionAffinity"] == "ClientIP"
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+    assert one(objects, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    assert one(objects, "PersistentVolumeClaim")["spec"]["accessModes"] == ["ReadWriteMany"]
+    test_pod = one(objects, "Pod")
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+
+
+def test_only_notebook_servers_reach_the_front_and_only_kernels_the_response_port(
+    helm: Path,
+) -> None:
+    policy = one(render(helm), "NetworkPolicy")["spec"]
+    front_rule, response_rule = policy["ingress"]
+    assert front_rule["ports"] == [{"port": 8888, "protocol": "TCP"}]
+    notebooks = front_rule["from"][0]
+    assert notebooks["podSelector"]["matchLabels"] == {"component": "singleuser-server"}
+    assert notebooks["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "jhub"}
+    assert response_rule["ports"] == [{"port": 8877, "protocol": "TCP"}]
+    assert response_rule["from"][0]["podSelector"]["matchLabels"]["component"] == "kernel"
+
+
+def test_singleuser_rbac_covers_jobs_configmaps_pods_logs_events_and_nothing_else(
+    helm: Path,
+) -> None:
+    objects = render(helm, "--set", "singleuser.jobNamespaces={team-a,team-b}")
+    roles = [
+        r for r in by_kind(objects, "Role") if r["metadata"]["name"].endswith("singleuser-jobs")
+    ]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    granted = {
+        (group, resource, verb)
+        for rule in roles[0]["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert ("kubeflow.org", "pytorchjobs", "create") in granted
+    assert ("batch.volcano.sh", "jobs", "delete") in granted
+    assert ("", "pods/log", "get") in granted
+    assert ("", "pods", "create") not in granted
+    assert not any(resource in ("secrets", "roles", "rolebindings") for _, resource, _ in granted)
+    assert "*" not in {verb for _, _, verb in granted}
+    assert not [r for r in by_kind(objects, "ClusterRole") if "singleuser" in r["metadata"]["name"]]
+
+
+def test_per_user_namespaces_get_a_cluster_wide_pod_role_and_a_template_for_the_front(
+    helm: Path,
+) -> None:
+    objects = render(helm, "--set", "kernels.namespacePolicy=per-user")
+    rules = one(objects, "ClusterRole")["rules"]
+    assert rules == [
+        {"apiGroups": [""], "resources": ["pods"],
+         "verbs": ["create", "get", "list", "watch", "delete"]}
+    ]  # fmt: skip
+    front = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][1]
+    env = {e["name"]: e.get("value") for e in front["env"]}
+    assert env["DISTRUN_FRONT_KERNEL_NAMESPACE"] == "jupyter-{username}"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "gateway.replicas=0"], "/gateway/replicas"),
+        (["--set", "kernels.namespacePolicy=everyone"], "namespacePolicy"),
+        (["--set", "kernels.uid=0"], "/kernels/uid"),
+        (["--set", "gateway.unknown=1"], "unknown"),
+        (["--set", "prerequisites.requireEngines={volcano}"], "batch.volcano.sh/v1alpha1/Job"),
+    ],
+)
+def test_bad_values_are_refused_with_a_message_naming_them(
+    helm: Path, args: list[str], message: str
+) -> None:
+    result = run_helm(helm, "template", "distrun", str(CHART), *KUBE_VERSION, *args)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_the_prerequisites_check_passes_when_the_cluster_serves_the_engines(helm: Path) -> None:
+    objects = render(
+        helm,
+        "--set", "prerequisites.requireEngines={kubeflow,volcano}",
+        "--api-versions", "kubeflow.org/v1/PyTorchJob",
+        "--api-versions", "batch.volcano.sh/v1alpha1/Job",
+    )  # fmt: skip
+    assert one(objects, "Deployment")
+
+
+def test_jupyterhub_values_point_servers_at_the_gateway_with_their_own_token() -> None:
+    values = yaml.safe_load((REPO / "helm" / "jupyterhub-values.yaml").read_text())
+    env = values["singleuser"]["extraEnv"]
+    assert env["DISTRUN_GATEWAY_URL"].startswith("http://distrun-distrun-gateway.")
+    assert env["DISTRUN_POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert values["singleuser"]["serviceAccountName"] == "distrun-singleuser"
+    key_ref = values["hub"]["extraEnv"]["DISTRUN_GATEWAY_USER_KEY"]["valueFrom"]["secretKeyRef"]
+    assert key_ref == {"name": "distrun-distrun-gateway", "key": "user-key"}
+    assert "DISTRUN_GATEWAY_TOKEN" in values["hub"]["extraConfig"]["distrun-gateway-token"]
+    assert "DISTRUN_GATEWAY_TOKEN" not in env  # never one shared token in the pod spec

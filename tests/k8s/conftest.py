@@ -1,0 +1,97 @@
+"""Fixtures of the Kubernetes tier: one real control plane per test session.
+
+The binaries are built (or taken from the cache) once collection is over, only when a selected
+test needs the cluster, and outside any test's timeout: a cold build takes many minutes.
+`kube_cluster` starts the cluster once per session;
+`kube_admin` / `kube_alice` / `kube_bob` are `kubernetes_asyncio` ApiClients acting as each user;
+`kube_namespace` is a fresh namespace (admin-only) removed after the test.
+Set DISTRUN_SKIP_K8S=1 to skip the tier; any other failure to build or start is an error.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from .binaries import Binaries, BuildError, ensure_all
+from .cluster import KubeCluster
+
+SKIP_REASON = (
+    "\n\n    !!! Kubernetes tier SKIPPED because DISTRUN_SKIP_K8S=1: no real kube-apiserver, "
+    "CRD schemas, RBAC or kwok pods were tested. Unset it to run them. !!!\n"
+)
+
+
+class Build:
+    """What the build after collection produced, for the session fixture to use or raise."""
+
+    binaries: Binaries | None = None
+    error: BuildError | None = None
+
+
+def skipping() -> bool:
+    return os.environ.get("DISTRUN_SKIP_K8S") == "1"
+
+
+def pytest_report_header() -> str | None:
+    return SKIP_REASON.strip() if skipping() else None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    needs_cluster = any(
+        "kube_cluster" in getattr(item, "fixturenames", ()) for item in session.items
+    )
+    if skipping() or not needs_cluster:
+        return
+    terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+
+    def report(message: str) -> None:
+        if terminal is not None:
+            terminal.write_line(f"[distrun k8s] {message}")
+
+    try:
+        Build.binaries = ensure_all(report)
+    except BuildError as error:  # raised again by the fixture: a test error, not a crash
+        Build.error = error
+
+
+@pytest.fixture(scope="session")
+def kube_cluster() -> Iterator[KubeCluster]:
+    if skipping():
+        warnings.warn(SKIP_REASON, UserWarning, stacklevel=1)
+        pytest.skip(SKIP_REASON)
+    if Build.error is not None:
+        raise Build.error
+    with KubeCluster(Build.binaries or ensure_all()) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+async def kube_admin(kube_cluster: KubeCluster) -> AsyncIterator[Any]:
+    async with kube_cluster.api_client("admin") as client:
+        yield client
+
+
+@pytest.fixture
+async def kube_alice(kube_cluster: KubeCluster) -> AsyncIterator[Any]:
+    async with kube_cluster.api_client("alice") as client:
+        yield client
+
+
+@pytest.fixture
+async def kube_bob(kube_cluster: KubeCluster) -> AsyncIterator[Any]:
+    async with kube_cluster.api_client("bob") as client:
+        yield client
+
+
+@pytest.fixture
+def kube_namespace(kube_cluster: KubeCluster) -> Iterator[str]:
+    name = f"t-{secrets.token_hex(4)}"
+    kube_cluster.create_namespace(name)
+    yield name
+    kube_cluster.delete_namespace(name)

@@ -1,0 +1,442 @@
+"""The Kubernetes engines against a real kube-apiserver with the operators' real CRDs, RBAC,
+the garbage collector and kwok pods. No operator runs here: where a test needs pods, it creates
+them exactly as the operator would (its labels, an ownerReference to the job), and kwok runs
+them and serves their logs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from distrun.engines.base import Job, JobState, JobUpdate, LogBatch, LogLine
+from distrun.engines.kube_engine import KubeEngine
+from distrun.engines.kubeflow import KubeflowEngine
+from distrun.engines.trainer import TrainerEngine
+from distrun.engines.volcano import VolcanoEngine
+from distrun.errors import Forbidden, NotFound
+from distrun.spec import JobSpec
+
+from .cluster import KubeCluster
+
+pytestmark = pytest.mark.kubernetes
+
+WAIT = 60.0  # seconds: generous, the machine may be loaded
+FRAMEWORKS_V1 = ("pytorch", "tensorflow", "xgboost", "paddle", "jax", "mpi")
+
+
+def spec(framework: str = "pytorch", **fields: Any) -> JobSpec:
+    return JobSpec.from_dict({"framework": framework, "code": "print('hi')\n", **fields})
+
+
+@pytest.fixture
+async def engines(kube_admin: Any, kube_namespace: str) -> AsyncIterator[dict[str, KubeEngine]]:
+    """One engine of each kind on the admin's credentials, all in the test's namespace."""
+    made: dict[str, KubeEngine] = {
+        "kubeflow": KubeflowEngine(api_client=kube_admin, namespace=kube_namespace),
+        "trainer": TrainerEngine(api_client=kube_admin, namespace=kube_namespace),
+        "volcano": VolcanoEngine(api_client=kube_admin, namespace=kube_namespace),
+    }
+    yield made
+    for engine in made.values():
+        await engine.close()
+
+
+async def eventually(read: Callable[[], Any], check: Callable[[Any], bool], what: str) -> Any:
+    deadline = time.monotonic() + WAIT
+    while True:
+        value = await read()
+        if check(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last value: {value!r}")
+        await asyncio.sleep(0.2)
+
+
+async def is_gone(read: Callable[[], Any]) -> bool:
+    try:
+        await read()
+    except client.exceptions.ApiException as error:
+        return error.status == 404
+    return False
+
+
+async def create_operator_pod(
+    cluster: KubeCluster,
+    api: Any,
+    namespace: str,
+    owner: dict[str, Any],
+    *,
+    name: str,
+    labels: dict[str, str],
+    container: str,
+    lines: list[str] = (),  # type: ignore[assignment]
+    annotations: dict[str, str] | None = None,
+) -> Any:
+    """A pod as the job's controller would make it, whose log kwok serves from a fresh file."""
+    log = cluster.pod_log(namespace, name)
+    if lines:
+        log.write(*lines)
+    meta = owner["metadata"]
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": annotations or {},
+            "ownerReferences": [
+                {
+                    "apiVersion": owner["apiVersion"],
+                    "kind": owner["kind"],
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": container, "image": "registry.invalid/x:1", "command": ["x"]}],
+        },
+    }
+    await client.CoreV1Api(api).create_namespaced_pod(namespace, body)
+    return log
+
+
+def pytorch_pod_labels(job_id: str, role: str, index: int) -> dict[str, str]:
+    return {
+        "training.kubeflow.org/job-name": job_id,
+        "training.kubeflow.org/replica-type": role,
+        "training.kubeflow.org/replica-index": str(index),
+        "training.kubeflow.org/operator-name": "pytorchjob-controller",
+    }
+
+
+async def patch_conditions(
+    api: Any, namespace: str, job: Job, plural: str, *conditions: str
+) -> None:
+    """Set the job's status conditions through the status subresource, as the operator does."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status = {
+        "conditions": [
+            {
+                "type": kind,
+                "status": "True",
+                "reason": kind,
+                "message": f"job {kind.lower()}",
+                "lastTransitionTime": now,
+                "lastUpdateTime": now,
+            }
+            for kind in conditions
+        ],
+        "replicaStatuses": {},
+    }
+    await client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        "kubeflow.org",
+        "v1",
+        namespace,
+        plural,
+        job.id,
+        {"status": status},
+        _content_type="application/merge-patch+json",
+    )
+
+
+async def collect(events: AsyncIterator[Any], until: Callable[[list[Any]], bool]) -> list[Any]:
+    seen: list[Any] = []
+
+    async def run() -> None:
+        async for event in events:
+            seen.append(event)
+            if until(seen):
+                return
+
+    await asyncio.wait_for(run(), WAIT)
+    return seen
+
+
+def lines_of(events: list[Any]) -> list[LogLine]:
+    return [line for event in events if isinstance(event, LogBatch) for line in event.lines]
+
+
+# --- creation against the real schemas ---------------------------------------------------
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS_V1)
+async def test_kubeflow_job_of_every_framework_is_accepted_with_its_configmap(
+    framework: str, engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
+) -> None:
+    engine = engines["kubeflow"]
+    job = await engine.submit(spec(framework), "alice")
+    assert job.state == JobState.PENDING and job.engine == "kubeflow"
+    configmap = await client.CoreV1Api(kube_admin).read_namespaced_config_map(
+        job.id, kube_namespace
+    )
+    (reference,) = configmap.metadata.owner_references
+    assert reference.name == job.id and reference.kind.endswith("Job")
+    assert configmap.metadata.labels["app.kubernetes.io/instance"] == job.id
+    fetched = await engine.get_job(job.id, "alice")
+    assert fetched.id == job.id and fetched.spec.code == "print('hi')\n"
+    assert fetched.reason  # pending, and says why
+
+
+async def test_trainjob_and_volcano_job_are_accepted_by_their_schemas(
+    engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
+) -> None:
+    trainjob = await engines["trainer"].submit(spec(roles={"worker": {"replicas": 2}}), "alice")
+    volcano = await engines["volcano"].submit(
+        spec("tensorflow", roles={"chief": {"replicas": 1}, "worker": {"replicas": 2}}), "alice"
+    )
+    custom = client.CustomObjectsApi(kube_admin)
+    stored = await custom.get_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", kube_namespace, "trainjobs", trainjob.id
+    )
+    assert stored["spec"]["trainer"]["numNodes"] == 3
+    stored = await custom.get_namespaced_custom_object(
+        "batch.volcano.sh", "v1alpha1", kube_namespace, "jobs", volcano.id
+    )
+    assert stored["spec"]["minAvailable"] == 3
+    assert [task["name"] for task in stored["spec"]["tasks"]] == ["chief", "worker"]
+    for engine, job in ((engines["trainer"], trainjob), (engines["volcano"], volcano)):
+        assert (await engine.get_job(job.id, "alice")).state == JobState.PENDING
+        assert [j.id for j in await engine.list_jobs("alice")] == [job.id]
+
+
+# --- tenancy ------------------------------------------------------------------------------
+
+
+async def test_one_user_never_sees_or_touches_anothers_jobs(engines: dict[str, KubeEngine]) -> None:
+    engine = engines["kubeflow"]
+    job = await engine.submit(spec(), "alice")
+    assert [j.id for j in await engine.list_jobs("alice")] == [job.id]
+    assert await engine.list_jobs("bob") == []
+    for call in (engine.get_job, engine.cancel, engine.delete):
+        with pytest.raises(NotFound):
+            await call(job.id, "bob")
+    with pytest.raises(NotFound):
+        await engine.read_logs(job.id, "bob")
+    with pytest.raises(NotFound):
+        await engine.get_job("Not-An-Id", "alice")
+    assert (await engine.get_job(job.id, "alice")).state == JobState.PENDING
+
+
+async def test_rbac_lets_alice_submit_in_her_namespace_only(kube_cluster: KubeCluster) -> None:
+    kubeconfig = str(kube_cluster.kubeconfig("alice"))
+    own = KubeflowEngine(kubeconfig=kubeconfig, namespace="{username}")
+    elsewhere = KubeflowEngine(kubeconfig=kubeconfig, namespace="bob")
+    try:
+        job = await own.submit(spec(), "alice")
+        assert (await own.get_job(job.id, "alice")).id == job.id
+        with pytest.raises(Forbidden):
+            await elsewhere.submit(spec(), "alice")
+        await own.delete(job.id, "alice")
+    finally:
+        await own.close()
+        await elsewhere.close()
+
+
+# --- status -------------------------------------------------------------------------------
+
+
+async def test_status_follows_the_operators_conditions_and_the_last_terminal_one_wins(
+    engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
+) -> None:
+    engine = engines["kubeflow"]
+    job = await engine.submit(spec(), "alice")
+    await patch_conditions(kube_admin, kube_namespace, job, "pytorchjobs", "Created", "Running")
+    assert (await engine.get_job(job.id, "alice")).state == JobState.RUNNING
+    await patch_conditions(kube_admin, kube_namespace, job, "pytorchjobs", "Created", "Failed")
+    failed = await engine.get_job(job.id, "alice")
+    assert failed.state == JobState.FAILED and failed.reason == "job failed"
+
+
+async def test_pending_pod_reason_is_given_in_words(
+    kube_cluster: KubeCluster, engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
+) -> None:
+    engine = engines["kubeflow"]
+    job = await engine.submit(spec(roles={"worker": {"replicas": 0}}), "alice")
+    await _gpu_hungry_pod(kube_admin, kube_namespace, job.id)
+    pending = await eventually(
+        lambda: engine.get_job(job.id, "alice"),
+        lambda j: j.reason is not None and "Unschedulable" in j.reason,
+        "an Unschedulable reason",
+    )
+    assert pending.state == JobState.PENDING
+    assert pending.reason.startswith("master-0: Unschedulable")
+
+
+async def _gpu_hungry_pod(api: Any, namespace: str, job_id: str) -> Any:
+    labels = pytorch_pod_labels(job_id, "master", 0)
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{job_id}-master-0", "labels": labels},
+        "spec": {
+            "containers": [
+                {
+                    "name": "pytorch",
+                    "image": "registry.invalid/x:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "64"}},
+                }
+            ]
+        },
+    }
+    return await client.CoreV1Api(api).create_namespaced_pod(namespace, body)
+
+
+# --- logs -----------------------------------------------------------------------------------
+
+
+async def test_follow_picks_up_late_and_replaced_pods_and_seqs_continue(
+    kube_cluster: KubeCluster, engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
+) -> None:
+    engine = engines["kubeflow"]
+    job = await engine.submit(spec(roles={"worker": {"replicas": 1}}), "alice")
+    owner = await client.CustomObjectsApi(kube_admin).get_namespaced_custom_object(
+        "kubeflow.org", "v1", kube_namespace, "pytorchjobs", job.id
+    )
+    events = engine.follow(job.id, "alice")
+    seen: list[Any] = []
+    done = asyncio.Event()
+
+    async def consume() -> None:
+        async for event in events:
+            seen.append(event)
+        done.set()
+
+    consumer = asyncio.create_task(consume())
+    try:
+        # The master starts late (after the follow began) and stays Pending for a second.
+        master_log = await create_operator_pod(
+            kube_cluster,
+            kube_admin,
+            kube_namespace,
+            owner,
+            name=f"{job.id}-master-0",
+            labels=pytorch_pod_labels(job.id, "master", 0),
+            container="pytorch",
+            lines=["m0", "m1"],
+            annotations={"kwok.distrun.test/start-after": "1s"},
+        )
+        # The worker's first pod fails after two lines; the operator replaces it.
+        await create_operator_pod(
+            kube_cluster,
+            kube_admin,
+            kube_namespace,
+            owner,
+            name=f"{job.id}-worker-0",
+            labels=pytorch_pod_labels(job.id, "worker", 0),
+            container="pytorch",
+            lines=["w0", "w1"],
+            annotations={"kwok.distrun.test/exit-code": "1"},
+        )
+        await eventually(
+            lambda: asyncio.sleep(0, [l.text for l in lines_of(seen)]),
+            lambda texts: {"m0", "m1", "w0", "w1"} <= set(texts),
+            "the first lines of both replicas",
+        )
+        await eventually(
+            lambda: engine.get_job(job.id, "alice"),
+            lambda j: j.replicas[1].state == JobState.FAILED,
+            "worker-0's first pod to fail",
+        )
+        core = client.CoreV1Api(kube_admin)
+        await core.delete_namespaced_pod(f"{job.id}-worker-0", kube_namespace)
+        await create_operator_pod(
+            kube_cluster,
+            kube_admin,
+            kube_namespace,
+            owner,
+            name=f"{job.id}-worker-0-retry",
+            labels=pytorch_pod_labels(job.id, "worker", 0),
+            container="pytorch",
+            lines=["w2"],
+        )
+        master_log.write("m2")
+        await eventually(
+            lambda: asyncio.sleep(0, [l.text for l in lines_of(seen)]),
+            lambda texts: {"w2", "m2"} <= set(texts),
+            "lines of the replaced worker and new master lines",
+        )
+        await patch_conditions(kube_admin, kube_namespace, job, "pytorchjobs", "Succeeded")
+        await asyncio.wait_for(done.wait(), WAIT)
+    finally:
+        consumer.cancel()
+    got = {(line.replica, line.seq): line.text for line in lines_of(seen)}
+    assert got == {
+        ("master-0", 0): "m0",
+        ("master-0", 1): "m1",
+        ("master-0", 2): "m2",
+        ("worker-0", 0): "w0",
+        ("worker-0", 1): "w1",
+        ("worker-0", 2): "w2",
+    }
+    assert len(lines_of(seen)) == 6  # nothing twice
+    updates = [event.job for event in seen if isinstance(event, JobUpdate)]
+    assert updates[-1].state == JobState.SUCCEEDED
+
+    # A later reader (any server) gets the same seqs from the API server's ledger.
+    again = await engine.read_logs(job.id, "alice", since={"worker-0": 2, "master-0": 3})
+    assert [(line.replica, line.seq, line.text) for line in again] == [("worker-0", 2, "w2")]
+
+
+async def test_follow_resumes_from_a_cursor_without_repeating(
+    kube_cluster: KubeCluster, engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
+) -> None:
+    engine = engines["kubeflow"]
+    job = await engine.submit(spec(roles={"worker": {"replicas": 0}}), "alice")
+    owner = await client.CustomObjectsApi(kube_admin).get_namespaced_custom_object(
+        "kubeflow.org", "v1", kube_namespace, "pytorchjobs", job.id
+    )
+    await create_operator_pod(
+        kube_cluster,
+        kube_admin,
+        kube_namespace,
+        owner,
+        name=f"{job.id}-master-0",
+        labels=pytorch_pod_labels(job.id, "master", 0),
+        container="pytorch",
+        lines=[f"line {i}" for i in range(10)],
+        annotations={"kwok.distrun.test/exit-code": "0"},
+    )
+    await eventually(
+        lambda: engine.get_job(job.id, "alice"),
+        lambda j: j.replicas[0].state == JobState.SUCCEEDED,
+        "the master to succeed",
+    )
+    await patch_conditions(kube_admin, kube_namespace, job, "pytorchjobs", "Succeeded")
+    events = await collect(engine.follow(job.id, "alice", since={"master-0": 7}), lambda _: False)
+    assert [(l.seq, l.text) for l in lines_of(events)] == [
+        (7, "line 7"),
+        (8, "line 8"),
+        (9, "line 9"),
+    ]
+    assert [e.job.state for e in events if isinstance(e, JobUpdate)] == [JobState.SUCCEEDED]
+
+
+# --- cancel and delete ----------------------------------------------------------------------
+
+
+async def test_cancel_deletes_the_job_in_the_foreground_and_the_configmap_goes_with_it(
+    engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
+) -> None:
+    engine = engines["volcano"]
+    job = await engine.submit(spec(), "alice")
+    cancelled = await engine.cancel(job.id, "alice")
+    assert cancelled.state == JobState.CANCELLED and cancelled.reason == "cancelled by the user"
+    core = client.CoreV1Api(kube_admin)
+    await eventually(
+        lambda: is_gone(lambda: core.read_namespaced_config_map(job.id, kube_namespace)),
+        bool,
+        "the garbage collector to delete the ConfigMap",
+    )
+    await eventually(
+        lambda: engine.list_jobs("alice"), lambda jobs: jobs == [], "the job to be gone"
+    )
+    with pytest.raises(NotFound):
+        await engine.get_job(job.id, "alice")

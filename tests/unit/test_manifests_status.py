@@ -1,0 +1,179 @@
+"""Pure readings of what the API server holds: job phases from conditions, replica status from
+pods, log lines with timestamps, and the seq ledger."""
+
+from typing import Any
+
+from distrun.engines.base import JobState
+from distrun.engines.kube_engine import (
+    Phase,
+    conditions_phase,
+    describe,
+    replica_status,
+    stored_spec,
+)
+from distrun.engines.kube_logs import (
+    base_seq,
+    current_instance,
+    parse_line,
+    parse_time,
+    read_ledger,
+    recorded_lines,
+    split_log,
+)
+from distrun.engines.volcano import VolcanoEngine
+from distrun.manifests.common import Target, object_metadata
+from distrun.spec import JobSpec
+
+TERMINAL = {"Succeeded": JobState.SUCCEEDED, "Failed": JobState.FAILED}
+SPEC = JobSpec.from_dict({"framework": "pytorch", "code": "x = 1\n"})
+
+
+def condition(kind: str, at: str, status: str = "True") -> dict[str, str]:
+    return {"type": kind, "status": status, "lastTransitionTime": at, "message": kind.lower()}
+
+
+def job_object(**status: Any) -> dict[str, Any]:
+    meta = object_metadata(Target("job-abcde", "ns", "alice"), SPEC)
+    meta["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"kind": "PyTorchJob", "metadata": meta, "status": status}
+
+
+def pod(phase: str, **container: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "uid": "u1"},
+        "status": {"phase": phase, "containerStatuses": [{"name": "pytorch", **container}]},
+    }
+
+
+def test_the_terminal_condition_set_last_wins() -> None:
+    obj = job_object(
+        conditions=[
+            condition("Succeeded", "2026-01-01T00:00:05Z"),
+            condition("Failed", "2026-01-01T00:00:09Z"),
+        ]
+    )
+    phase = conditions_phase(obj, TERMINAL, ("Running",))
+    assert phase.state == JobState.FAILED and phase.reason == "failed"
+    obj["status"]["conditions"].reverse()
+    assert conditions_phase(obj, TERMINAL, ("Running",)).state == JobState.FAILED
+
+
+def test_false_conditions_do_not_count_and_running_means_running() -> None:
+    obj = job_object(
+        conditions=[
+            condition("Failed", "2026-01-01T00:00:09Z", status="False"),
+            condition("Running", "2026-01-01T00:00:01Z"),
+        ]
+    )
+    assert conditions_phase(obj, TERMINAL, ("Running",)).state == JobState.RUNNING
+    assert conditions_phase(job_object(), TERMINAL, ("Running",)).state is None
+
+
+def test_a_job_being_deleted_reads_as_cancelled() -> None:
+    obj = job_object()
+    obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:02Z"
+    job = describe("kubeflow", obj, stored_spec(obj), {}, Phase(None))
+    assert job.state == JobState.CANCELLED and job.reason == "cancelled by the user"
+
+
+def test_describe_names_the_failed_replica_with_its_exit_code_and_message() -> None:
+    obj = job_object()
+    failed = pod(
+        "Failed",
+        state={
+            "terminated": {
+                "exitCode": 3,
+                "message": "CUDA OOM\n",
+                "startedAt": "2026-01-01T00:00:01Z",
+            }
+        },
+    )
+    job = describe("kubeflow", obj, stored_spec(obj), {"worker-0": failed}, Phase(JobState.FAILED))
+    assert job.failed_replica == "worker-0"
+    assert job.reason == "worker-0 exited with code 3: CUDA OOM"
+    assert job.replicas[0].reason == "no pod yet"
+
+
+def test_pending_reason_comes_from_the_scheduler_or_the_waiting_container() -> None:
+    unschedulable = {
+        "metadata": {"name": "p"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/2 nodes are available: insufficient nvidia.com/gpu",
+                }
+            ],
+        },
+    }
+    assert replica_status("master-0", unschedulable).reason == (
+        "Unschedulable: 0/2 nodes are available: insufficient nvidia.com/gpu"
+    )
+    pulling = pod(
+        "Pending", state={"waiting": {"reason": "ImagePullBackOff", "message": "no such image"}}
+    )
+    assert replica_status("master-0", pulling).reason == "ImagePullBackOff: no such image"
+    obj = job_object()
+    job = describe("kubeflow", obj, stored_spec(obj), {"master-0": pulling}, Phase(None))
+    assert job.state == JobState.PENDING
+    assert job.reason == "master-0: ImagePullBackOff: no such image"
+
+
+def test_stored_spec_round_trips_through_the_annotation() -> None:
+    assert stored_spec(job_object()) == SPEC
+
+
+def test_volcano_phases_map_to_job_states() -> None:
+    engine = VolcanoEngine(api_client=object())
+    for phase, state in (
+        ("Pending", JobState.PENDING),
+        ("Running", JobState.RUNNING),
+        ("Completed", JobState.SUCCEEDED),
+        ("Failed", JobState.FAILED),
+        ("Aborted", JobState.CANCELLED),
+    ):
+        obj = {"status": {"state": {"phase": phase}}}
+        assert engine.phase(obj).state == state
+
+
+def test_log_lines_parse_nanosecond_timestamps_and_keep_invalid_utf8_readable() -> None:
+    when, text = parse_line(b"2026-01-01T00:00:01.123456789Z hello \xff world\r", 1000)
+    assert abs(when - (parse_time("2026-01-01T00:00:01Z") or 0) - 0.123456) < 1e-6
+    assert text == "hello \ufffd world"
+    _when, text = parse_line(b"no timestamp here", 1000)
+    assert text == "no timestamp here"
+    assert parse_line(b"2026-01-01T00:00:01Z " + b"x" * 50, 10)[1] == "x" * 10
+
+
+def test_split_log_keeps_a_last_line_without_newline() -> None:
+    assert split_log(b"a\nb\n") == [b"a", b"b"]
+    assert split_log(b"a\nb") == [b"a", b"b"]
+    assert split_log(b"") == []
+
+
+def test_ledger_gives_each_instance_the_lines_of_the_earlier_ones() -> None:
+    configmap = {
+        "metadata": {
+            "annotations": {"distrun.io/log-ledger": '{"worker-0": [["u1:0", 5], ["u1:1", 3]]}'}
+        }
+    }
+    ledger = read_ledger(configmap)
+    assert base_seq(ledger, "worker-0", "u1:0") == 0
+    assert base_seq(ledger, "worker-0", "u1:1") == 5
+    assert base_seq(ledger, "worker-0", "u2:0") == 8  # a new pod continues after both
+    assert recorded_lines(ledger, "worker-0", "u1:1") == 3
+    assert recorded_lines(ledger, "worker-0", "u2:0") is None
+    assert read_ledger({"metadata": {"annotations": {"distrun.io/log-ledger": "not json"}}}) == {}
+
+
+def test_current_instance_counts_container_restarts() -> None:
+    running = pod("Running", restartCount=2, state={"running": {}})
+    instance = current_instance("worker-0", running, "pytorch")
+    assert (instance.key, instance.started, instance.ended) == ("u1:2", True, False)
+    previous = instance.previous()
+    assert previous is not None and previous.key == "u1:1" and previous.ended
+    waiting = current_instance("worker-0", pod("Pending", state={"waiting": {}}), "pytorch")
+    assert not waiting.started and waiting.previous() is None

@@ -1,0 +1,45 @@
+"""JupyterLab for the browser tests: galata's test setup, plus a token, XSRF checks kept on,
+this repository's build of the extension, and the distrun server extension when present."""
+
+import importlib.util
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from jupyter_core.paths import jupyter_path
+from jupyterlab.galata import configure_jupyter_server
+
+REPO = Path(__file__).resolve().parent.parent
+BUILT_EXTENSION = REPO / "server_ext" / "distrun" / "labextension"
+
+configure_jupyter_server(c)  # noqa: F821 (c is the config object jupyter passes in)
+
+c.ServerApp.port = int(os.environ.get("DISTRUN_UI_PORT", "18888"))  # noqa: F821
+c.ServerApp.ip = "127.0.0.1"  # noqa: F821
+c.ServerApp.allow_root = True  # noqa: F821
+c.IdentityProvider.token = os.environ.get("DISTRUN_UI_TOKEN", "distrun-ui-tests")  # noqa: F821
+c.ServerApp.disable_check_xsrf = False  # noqa: F821
+
+
+def _installed(name: str) -> bool:
+    return any((Path(p) / name / "package.json").exists() for p in jupyter_path("labextensions"))
+
+
+# Serve the repository's build (`jlpm build`) unless the package is pip-installed already.
+if not _installed("@distrun/labextension"):
+    if not (BUILT_EXTENSION / "package.json").exists():
+        sys.exit(f"build the extension first (jlpm build:prod): {BUILT_EXTENSION} is missing")
+    extensions = Path(tempfile.mkdtemp(prefix="distrun-labextensions-"))
+    (extensions / "@distrun").mkdir()
+    (extensions / "@distrun" / "labextension").symlink_to(BUILT_EXTENSION)
+    c.LabServerApp.extra_labextensions_path = [  # noqa: F821
+        c.LabServerApp.extra_labextensions_path,  # noqa: F821 (galata's helper extension)
+        str(extensions),
+    ]
+
+# The server extension, from the installed package or from this checkout.
+if importlib.util.find_spec("distrun") is None:
+    sys.path.insert(0, str(REPO / "server_ext"))
+if importlib.util.find_spec("distrun.app") is not None:
+    c.ServerApp.jpserver_extensions = {"distrun": True}  # noqa: F821
