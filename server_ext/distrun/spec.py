@@ -64,6 +64,9 @@ class JobSpec:
     restart_policy: str = "Never"
     backoff_limit: int = 0
     active_deadline_seconds: int | None = None
+    # A replica that writes no output within this many seconds of starting is killed as hung
+    # at start-up (then the restart policy applies). None: no such check.
+    startup_timeout_seconds: int | None = None
     clean_pod_policy: str = "None"
     ttl_seconds_after_finished: int | None = None
     queue: str | None = None
@@ -121,6 +124,7 @@ def parse_spec(data: Any, limits: Limits) -> JobSpec:
         restart_policy=_choice(data, "restart_policy", RESTART_POLICIES, "Never"),
         backoff_limit=_int(data, "backoff_limit", 0, 0, 100),
         active_deadline_seconds=_optional_int(data, "active_deadline_seconds", 1, 30 * 86400),
+        startup_timeout_seconds=_optional_int(data, "startup_timeout_seconds", 1, 86400),
         clean_pod_policy=_choice(data, "clean_pod_policy", CLEAN_POD_POLICIES, "None"),
         ttl_seconds_after_finished=_optional_int(
             data, "ttl_seconds_after_finished", 0, 365 * 86400

@@ -136,6 +136,46 @@ def process_start_time(pid: int) -> int | None:
     return int(fields[19])
 
 
+def kill_job_processes(job_id: str) -> int:
+    """SIGKILLs every process of the job that outlived its replica's process group (one
+    started with `setsid`, say): every process that carries DISTRUN_JOB_ID=job_id in its
+    environment, as a pod's end would stop everything in its container. Scans again until none
+    is left, since one may fork meanwhile; returns how many were killed."""
+    marker = f"DISTRUN_JOB_ID={job_id}".encode()
+    killed = 0
+    for _ in range(10):
+        found = 0
+        for pid in _pids():
+            found += _kill_if_marked(pid, marker)
+        killed += found
+        if not found:
+            break
+    return killed
+
+
+def _pids() -> list[int]:
+    me = os.getpid()
+    return [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) != me]
+
+
+def _kill_if_marked(pid: int, marker: bytes) -> bool:
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # gone
+        return False
+    try:
+        # Read after the pidfd pins the process: a reused pid cannot be killed by mistake.
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        if marker not in environ.split(b"\0"):
+            return False
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        return True
+    except OSError:  # gone meanwhile, a zombie, or not ours to read
+        return False
+    finally:
+        os.close(pidfd)
+
+
 def describe_exit(code: int) -> str:
     if code >= 0:
         return f"exit code {code}"
@@ -160,6 +200,8 @@ class _Replica:
         self.pidfd: int | None = None
         self.pipe: int | None = None
         self.exited = asyncio.Event()
+        self.startup_timer: asyncio.TimerHandle | None = None
+        self.hung_reason: str | None = None  # set when it was killed as hung at start-up
 
     @property
     def running(self) -> bool:
@@ -211,6 +253,7 @@ class Supervisor:
         self._write_status()
         await self._outcome
         await self._stop_all()
+        kill_job_processes(self.job_id)
         self.status.finalized = True
         self._write_status()
         for replica in self.replicas.values():
@@ -258,6 +301,11 @@ class Supervisor:
         replica.exited = asyncio.Event()
         loop.add_reader(read_end, self._on_output, replica)
         loop.add_reader(replica.pidfd, self._on_exit, replica)
+        replica.hung_reason = None
+        if self.spec.startup_timeout_seconds is not None:
+            replica.startup_timer = loop.call_later(
+                self.spec.startup_timeout_seconds, self._on_startup_timeout, replica
+            )
         replica.status.state = JobState.RUNNING
         replica.status.started_at = time.time()
         replica.status.finished_at = None
@@ -272,9 +320,31 @@ class Supervisor:
         except BlockingIOError:
             return
         if data:
+            self._cancel_startup_timer(replica)
             replica.log(replica.splitter.feed(data))
         else:
             self._close_pipe(replica)
+
+    def _on_startup_timeout(self, replica: _Replica) -> None:
+        """The replica has written nothing since it started: kill it as hung; its exit then
+        goes through the restart policy like any other failure."""
+        replica.startup_timer = None
+        if not replica.running or (self._outcome is not None and self._outcome.done()):
+            return
+        seconds = self.spec.startup_timeout_seconds
+        replica.hung_reason = (
+            f"hung at start-up: no output within {seconds} s (startup_timeout_seconds)"
+        )
+        replica.note(
+            f"[distrun] {replica.status.name} wrote nothing within {seconds} s of starting: "
+            "killing it as hung at start-up"
+        )
+        _signal_group(replica, signal.SIGKILL)
+
+    def _cancel_startup_timer(self, replica: _Replica) -> None:
+        if replica.startup_timer is not None:
+            replica.startup_timer.cancel()
+            replica.startup_timer = None
 
     def _close_pipe(self, replica: _Replica) -> None:
         if replica.pipe is None:
@@ -303,6 +373,7 @@ class Supervisor:
         loop.remove_reader(replica.pidfd)
         os.close(replica.pidfd)
         replica.pidfd = None
+        self._cancel_startup_timer(replica)
         pid = replica.process.pid
         # Still a zombie, so its pid cannot be reused yet: clear out anything it left behind
         # in its process group, as a container's end would.
@@ -312,6 +383,7 @@ class Supervisor:
         self._drain(replica)
         status = replica.status
         status.exit_code = code
+        cause = replica.hung_reason if code != 0 and replica.hung_reason else describe_exit(code)
         status.finished_at = time.time()
         if self._outcome is not None and self._outcome.done():
             status.state = self._stop_state
@@ -320,11 +392,11 @@ class Supervisor:
             status.state = JobState.SUCCEEDED
             self._check_success()
         elif self._may_restart(code):
-            self._restart(replica, code)
+            self._restart(replica, cause)
         else:
             status.state = JobState.FAILED
-            status.reason = describe_exit(code)
-            self._fail(replica, f"{status.name} failed: {describe_exit(code)}")
+            status.reason = cause
+            self._fail(replica, f"{status.name} failed: {cause}")
         exited.set()
         self._write_status()
 
@@ -335,12 +407,12 @@ class Supervisor:
         # backoff_limit counts restarts across the whole job, as the operator's RunPolicy does.
         return self.restarts < self.spec.backoff_limit
 
-    def _restart(self, replica: _Replica, code: int) -> None:
+    def _restart(self, replica: _Replica, cause: str) -> None:
         self.restarts += 1
         replica.status.restarts += 1
         replica.note(
             f"[distrun] restarting {replica.status.name} (restart {self.restarts}/"
-            f"{self.spec.backoff_limit} of the job) after {describe_exit(code)}"
+            f"{self.spec.backoff_limit} of the job) after {cause}"
         )
         self._start(replica)
 
@@ -461,6 +533,8 @@ def _record_crash(supervisor: Supervisor, error: BaseException) -> None:
     for replica in supervisor.replicas.values():
         if replica.process is not None and replica.process.poll() is None:
             _signal_group(replica, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        kill_job_processes(supervisor.job_id)
     status = supervisor.status
     if not status.state.terminal or not status.finalized:
         status.state = JobState.FAILED if not status.state.terminal else status.state

@@ -26,12 +26,13 @@ from typing import Any
 from .. import jobids
 from ..entrypoint import code_file
 from ..errors import EngineError, LimitExceeded, NotFound, SpecError
-from ..logstore import LogReader, LogTail
+from ..logstore import LogReader, LogTail, log_path
 from ..spec import JobSpec, Limits, check_relative_path
 from ..supervisor import (
     JobFiles,
     JobStatus,
     Runtime,
+    kill_job_processes,
     process_start_time,
     read_json,
     stored_spec,
@@ -148,6 +149,7 @@ class LocalEngine:
         starts = _start_seqs(names, since)
         tails = [reader.tail(starts[reader.replica]) for reader in readers]
         watcher = self._watch(job_id, job)
+        read: asyncio.Task[list[LogLine]] | None = None
         try:
             sent = job
             yield JobUpdate(job)
@@ -157,7 +159,8 @@ class LocalEngine:
                     sent = watcher.job
                     yield JobUpdate(sent)
                 settled = watcher.settled  # read before the logs: then empty means the end
-                lines = await asyncio.to_thread(_read_batch, tails, max_batch)
+                read = asyncio.create_task(asyncio.to_thread(_read_batch, tails, max_batch))
+                lines = await asyncio.shield(read)  # cancelled here, the read runs on
                 if lines:
                     yield LogBatch(lines)
                 elif settled:
@@ -166,8 +169,7 @@ class LocalEngine:
                     await watcher.wait_for_change(version)
         finally:
             self._unwatch(job_id)
-            for reader in readers:
-                reader.close()
+            _close_after(read, readers)
 
     async def close(self) -> None:
         for watcher in self._watchers.values():
@@ -290,13 +292,13 @@ class LocalEngine:
         return started is not None and process_start_time(supervisor["pid"]) == started
 
     def _settle(self, files: JobFiles, state: JobState, reason: str | None) -> JobStatus:
-        """Finishes a job whose supervisor is gone: kills what is left of its replicas' process
-        groups (their leaders died with the supervisor) and records the outcome."""
+        """Finishes a job whose supervisor is gone: kills whatever is left of its processes
+        (its replicas died with the supervisor, not always their children) and records the
+        outcome."""
         job = read_json(files.job)
         status = _read_status(files, job)
-        for pid in job_processes(job["id"]):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        # Found by their DISTRUN_JOB_ID, not by recorded group ids, which may have been reused.
+        kill_job_processes(job["id"])
         now = time.time()
         if not status.state.terminal:
             status.state, status.reason, status.finished_at = state, reason, now
@@ -379,18 +381,29 @@ class _JobWatcher:
         self.settled = False  # finalized: status and logs will not change any more
         self.version = 0
         self.followers = 0
+        self.stopped = False  # the engine closed: its followers must not wait any more
         self._engine = engine
         self._job_id = job_id
         self._files = engine._files(job_id)
+        # Stat'ed many times a second per followed job: plain strings, no directory listing.
+        self._status_path = str(self._files.status)
+        self._log_paths = [str(log_path(self._files.logs, r.name)) for r in job.replicas]
         self._changed = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._poll())
 
     async def wait_for_change(self, version: int) -> None:
         while self.version == version and not self.settled:
+            if self.stopped:
+                # Ending quietly would tell the reader it has every line; it has not.
+                raise EngineError(
+                    f"the server stopped following job {self._job_id}; reconnect to resume"
+                )
             await self._changed.wait()
 
     def stop(self) -> None:
+        self.stopped = True
         self._task.cancel()
+        self._notify()  # wake the followers: nothing will wake them any more
 
     async def _poll(self) -> None:
         interval = _FAST_POLL
@@ -424,9 +437,7 @@ class _JobWatcher:
 
     def _stat(self) -> tuple[object, tuple[object, ...]]:
         """Cheap fingerprints of status.json and of every log; `stat` does not block for long."""
-        return _fingerprint(self._files.status), tuple(
-            _fingerprint(path) for path in sorted(self._files.logs.glob("*.log"))
-        )
+        return _fingerprint(self._status_path), tuple(map(_fingerprint, self._log_paths))
 
     def _notify(self) -> None:
         self.version += 1
@@ -434,12 +445,28 @@ class _JobWatcher:
         self._changed = asyncio.Event()
 
 
-def _fingerprint(path: Path) -> object:
+def _fingerprint(path: str) -> object:
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _close_after(read: "asyncio.Task[list[LogLine]] | None", readers: list[LogReader]) -> None:
+    """Closes the readers, but only once a read still running in its thread (its follower was
+    cancelled mid-read) is over: closed under it, the read would reopen a log and leak it."""
+
+    def close(_: object = None) -> None:
+        if read is not None and not read.cancelled():
+            read.exception()  # retrieved: a failed read of an abandoned follower is no news
+        for reader in readers:
+            reader.close()
+
+    if read is None or read.done():
+        close()
+    else:
+        read.add_done_callback(close)
 
 
 def _read_batch(tails: list[LogTail], max_batch: int) -> list[LogLine]:
@@ -505,21 +532,3 @@ def _start_seqs(names: list[str], since: Cursor | None) -> dict[str, int]:
             raise SpecError(f"the cursor for {name} must be a seq >= 0, not {seq!r}", field="since")
         starts[name] = seq
     return starts
-
-
-def job_processes(job_id: str) -> list[int]:
-    """The live processes started for `job_id`, found by the DISTRUN_JOB_ID every replica
-    carries in its environment. Recorded pids are not trusted here: once their leaders are
-    gone, a process group id can be reused by an unrelated process."""
-    marker = f"DISTRUN_JOB_ID={job_id}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:  # gone, or not ours to read
-            continue
-        if marker in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found

@@ -1,0 +1,373 @@
+"""Soak: many concurrent jobs, each watched by several websocket viewers, on one real server.
+
+    python benchmarks/bench_soak.py [--jobs 50] [--replicas 4] [--viewers 4] [--duration 180]
+    python benchmarks/bench_soak.py --quick     # 10 jobs for 20 s: a check that it all works
+
+One `jupyter_server` process with the distrun extension and the local engine runs `--jobs` jobs
+of `--replicas` replicas; each replica prints numbered lines at `--rate` lines per second for
+`--duration` seconds, then `done <count>`. Each job has `--viewers` websocket viewers (the
+default is issue 6's 50 x 4 = 200 websockets); the last viewer of each job disconnects and
+resumes every 10-40 s. Every viewer checks every line: seqs gap-free and in order per replica,
+each text the line the replica wrote, and a `done` line that counts them all.
+
+Figures printed: lines delivered, the server's event-loop lag (max and p99 of the overshoot of
+a 10 ms sleep, measured inside the server by a probe extension loaded beside distrun) after
+`--warmup` seconds, against the 100 ms bound; the server's RSS, open file descriptors and
+threads after warm-up and at the end. Exits 1 if any line was lost, repeated or altered or a
+job did not succeed; lag and memory are reported, not enforced (`--strict` enforces them too).
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _common import free_port, percentile, require_local_engine, use_repo_package
+
+LAG_BOUND = 0.100
+SERVER_START_TIMEOUT = 120.0
+SAMPLE_EVERY = 2.0
+
+REPLICA_CODE = """\
+import os, sys, time
+replica = os.environ["DISTRUN_REPLICA"]
+rate = float(os.environ["SOAK_RATE"])
+end = time.monotonic() + float(os.environ["SOAK_DURATION"])
+i = 0
+while time.monotonic() < end:
+    sys.stdout.write(f"{replica} {i:08d} {'x' * 60}\\n")
+    sys.stdout.flush()
+    i += 1
+    time.sleep(1 / rate)
+print("done", i, flush=True)
+"""
+
+# A server extension that measures its own event loop: how late a 10 ms sleep wakes up, and
+# how much CPU the loop's thread used meanwhile (lag with little CPU is the machine's load
+# delaying the whole process, not code blocking the loop).
+LAG_PROBE = """\
+import asyncio, json, os, time
+
+def _jupyter_server_extension_points():
+    return [{"module": "soak_lag_probe"}]
+
+async def _probe(path):
+    loop = asyncio.get_running_loop()
+    window, flushed = [], time.monotonic()
+    while True:
+        start, cpu = loop.time(), time.thread_time()
+        await asyncio.sleep(0.01)
+        window.append((round(loop.time() - start - 0.01, 5), round(time.thread_time() - cpu, 5)))
+        if time.monotonic() - flushed >= 1.0:
+            with open(path, "a") as out:
+                out.write(json.dumps({"time": time.time(), "lags": window}) + "\\n")
+            window, flushed = [], time.monotonic()
+
+def _load_jupyter_server_extension(serverapp):
+    serverapp.io_loop.add_callback(
+        lambda: asyncio.ensure_future(_probe(os.environ["SOAK_LAG_FILE"]))
+    )
+"""
+
+
+def expected_line(replica: str, seq: int) -> str:
+    return f"{replica} {seq:08d} {'x' * 60}"
+
+
+@dataclass
+class Viewer:
+    """One websocket viewer of one job; checks every line it receives."""
+
+    job_id: str
+    resumes: bool
+    next_seq: dict[str, int] = field(default_factory=dict)
+    done: dict[str, int] = field(default_factory=dict)  # replica -> the count in its done line
+    received: int = 0
+    reconnects: int = 0
+    ended: bool = False
+    errors: list[str] = field(default_factory=list)
+
+    def check(self, rows: list[list[Any]]) -> None:
+        for replica, seq, _, text in rows:
+            expected = self.next_seq.get(replica, 0)
+            if seq != expected:
+                self.errors.append(f"{replica}: seq {seq}, expected {expected}")
+            elif text.startswith("done "):
+                self.done[replica] = int(text.split()[1])
+            elif text != expected_line(replica, seq):
+                self.errors.append(f"{replica} line {seq} reads {text[:80]!r}")
+            self.next_seq[replica] = seq + 1
+        self.received += len(rows)
+
+    @property
+    def complete(self) -> bool:
+        """Every replica's done line came, after exactly the lines it counted."""
+        return bool(self.done) and all(
+            self.next_seq.get(replica) == count + 1 for replica, count in self.done.items()
+        )
+
+
+class Server:
+    def __init__(self, root: Path, jobs: int) -> None:
+        self.root = root
+        self.port = free_port()
+        self.token = os.urandom(16).hex()
+        self.lag_file = root / "lag.jsonl"
+        self.process: asyncio.subprocess.Process | None = None
+        self.jobs = jobs
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"token {self.token}"}
+
+    async def start(self) -> None:
+        probe_dir = self.root / "probe"
+        probe_dir.mkdir()
+        (probe_dir / "soak_lag_probe.py").write_text(LAG_PROBE)
+        config_dir = self.root / "config"
+        config_dir.mkdir()
+        config = {
+            "ServerApp": {"jpserver_extensions": {"distrun": True, "soak_lag_probe": True}},
+            "DistrunApp": {
+                "state_dir": str(self.root / "state"),
+                "max_jobs_per_user": self.jobs + 10,
+            },
+        }
+        (config_dir / "jupyter_server_config.json").write_text(json.dumps(config))
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(probe_dir), os.environ["PYTHONPATH"]]),
+            "JUPYTER_CONFIG_DIR": str(config_dir),
+            "JUPYTER_DATA_DIR": str(self.root / "data"),
+            "JUPYTER_RUNTIME_DIR": str(self.root / "runtime"),
+            "SOAK_LAG_FILE": str(self.lag_file),
+        }
+        argv = [
+            sys.executable,
+            "-m",
+            "jupyter_server",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={self.port}",
+            "--ServerApp.port_retries=0",
+            f"--ServerApp.root_dir={self.root}",
+            f"--IdentityProvider.token={self.token}",
+        ]
+        if os.geteuid() == 0:
+            argv.append("--allow-root")
+        with (self.root / "server.log").open("wb") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                *argv, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + SERVER_START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.returncode is not None:
+                sys.exit(f"jupyter_server exited at start; see {self.root / 'server.log'}")
+            try:
+                await self.request("GET", "/distrun/engines")
+                return
+            except OSError:
+                await asyncio.sleep(0.2)
+        sys.exit(f"jupyter_server did not answer within {SERVER_START_TIMEOUT:.0f} s")
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.terminate()
+            try:
+                await asyncio.wait_for(self.process.wait(), 30)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+
+    async def request(self, method: str, path: str, body: Any = None) -> Any:
+        from tornado.httpclient import AsyncHTTPClient
+
+        response = await AsyncHTTPClient().fetch(
+            f"http://127.0.0.1:{self.port}{path}",
+            method=method,
+            headers=self.headers,
+            body=None if body is None else json.dumps(body),
+            request_timeout=300,
+        )
+        return json.loads(response.body or b"null")
+
+    async def view(self, viewer: Viewer, rng: random.Random) -> None:
+        """Reads the job's stream to its end; a resuming viewer reconnects now and then."""
+        from tornado.httpclient import HTTPRequest
+        from tornado.websocket import websocket_connect
+
+        while not viewer.ended:
+            since = ",".join(f"{replica}:{seq}" for replica, seq in viewer.next_seq.items())
+            url = f"ws://127.0.0.1:{self.port}/distrun/jobs/{viewer.job_id}/logs/stream"
+            request = HTTPRequest(
+                f"{url}?since={since}" if since else url, headers=self.headers, request_timeout=300
+            )
+            ws = await websocket_connect(request, max_message_size=64 << 20)
+            leave_at = time.monotonic() + rng.uniform(10, 40) if viewer.resumes else None
+            while (message := await ws.read_message()) is not None:
+                event = json.loads(message)
+                if event["type"] == "lines":
+                    viewer.check(event["lines"])
+                elif event["type"] == "end":
+                    viewer.ended = True
+                elif event["type"] == "error":
+                    viewer.errors.append(f"stream error: {event['message']}")
+                    viewer.ended = True
+                if leave_at is not None and time.monotonic() > leave_at and not viewer.ended:
+                    ws.close()
+                    viewer.reconnects += 1
+                    break
+
+    def resources(self) -> dict[str, float]:
+        assert self.process is not None
+        proc = Path(f"/proc/{self.process.pid}")
+        status = dict(
+            line.split(":", 1) for line in (proc / "status").read_text().splitlines() if ":" in line
+        )
+        return {
+            "rss_mib": int(status["VmRSS"].split()[0]) / 1024,
+            "fds": len(os.listdir(proc / "fd")),
+            "threads": int(status["Threads"]),
+        }
+
+    def lags_since(self, since: float) -> list[tuple[float, float]]:
+        """(lag, CPU seconds of the loop's thread meanwhile) for each probe after `since`."""
+        lags: list[tuple[float, float]] = []
+        if self.lag_file.exists():
+            for line in self.lag_file.read_text().splitlines():
+                window = json.loads(line)
+                if window["time"] >= since:
+                    lags += [(lag, cpu) for lag, cpu in window["lags"]]
+        return lags
+
+
+async def soak(args: argparse.Namespace, root: Path) -> int:
+    server = Server(root, args.jobs)
+    await server.start()
+    rng = random.Random(args.seed)
+    try:
+        spec = {
+            "framework": "generic",
+            "roles": {"worker": {"replicas": args.replicas}},
+            "code": REPLICA_CODE,
+            "env": {"SOAK_RATE": str(args.rate), "SOAK_DURATION": str(args.duration)},
+        }
+        started = time.time()
+        jobs = await asyncio.gather(
+            *(server.request("POST", "/distrun/jobs", {"spec": spec}) for _ in range(args.jobs))
+        )
+        viewers = [
+            Viewer(job["id"], resumes=index == args.viewers - 1)
+            for job in jobs
+            for index in range(args.viewers)
+        ]
+        print(f"{len(jobs)} jobs x {args.replicas} replicas, {len(viewers)} websocket viewers")
+        viewing = asyncio.gather(*(server.view(viewer, rng) for viewer in viewers))
+        samples: list[tuple[float, dict[str, float]]] = []
+        while not viewing.done():
+            await asyncio.wait([viewing], timeout=SAMPLE_EVERY)
+            samples.append((time.time(), server.resources()))
+            received = sum(viewer.received for viewer in viewers)
+            print(f"  {time.time() - started:6.0f} s  {received:>10,} lines  {samples[-1][1]}")
+        await viewing
+        finals = [await server.request("GET", f"/distrun/jobs/{job['id']}") for job in jobs]
+    finally:
+        await server.stop()
+    return report(args, started, viewers, finals, samples, server)
+
+
+def report(
+    args: argparse.Namespace,
+    started: float,
+    viewers: list[Viewer],
+    finals: list[dict[str, Any]],
+    samples: list[tuple[float, dict[str, float]]],
+    server: Server,
+) -> int:
+    warm = started + args.warmup
+    failed_jobs = [job["id"] for job in finals if job["state"] != "succeeded"]
+    broken = [viewer for viewer in viewers if viewer.errors or not viewer.complete]
+    received = sum(viewer.received for viewer in viewers)
+    print(
+        f"\nlines delivered to viewers: {received:,} ({received / (time.time() - started):,.0f}/s)"
+    )
+    print(f"reconnects of resuming viewers: {sum(viewer.reconnects for viewer in viewers)}")
+
+    probes = server.lags_since(warm)
+    lag_ok = True
+    if probes:
+        lags = [lag for lag, _ in probes]
+        busy = [cpu for _, cpu in probes]
+        worst, p99 = max(lags), percentile(lags, 0.99)
+        lag_ok = worst <= LAG_BOUND
+        print(
+            f"event-loop lag after warm-up ({len(lags):,} probes): max {worst * 1000:.1f} ms, "
+            f"p99 {p99 * 1000:.1f} ms, median {statistics.median(lags) * 1000:.1f} ms "
+            f"(bound {LAG_BOUND * 1000:.0f} ms: {'OK' if lag_ok else 'OVER'})"
+        )
+        print(
+            f"  CPU the loop's thread used within one probe: max {max(busy) * 1000:.1f} ms, "
+            f"p99 {percentile(busy, 0.99) * 1000:.1f} ms (lag beyond it is the machine's load, "
+            f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+        )
+    else:
+        print("event-loop lag: no probe samples after warm-up (run longer than --warmup)")
+
+    after_warmup = [values for when, values in samples if when >= warm]
+    memory_ok = True
+    if len(after_warmup) >= 4:
+        quarter = max(1, len(after_warmup) // 4)
+        first = statistics.median(v["rss_mib"] for v in after_warmup[:quarter])
+        last = statistics.median(v["rss_mib"] for v in after_warmup[-quarter:])
+        memory_ok = last <= first * 1.10 + 10
+        print(
+            f"server RSS after warm-up: {first:.0f} MiB -> {last:.0f} MiB at the end "
+            f"({'flat' if memory_ok else 'GROWING'}); fds {after_warmup[0]['fds']:.0f} -> "
+            f"{after_warmup[-1]['fds']:.0f}, threads {after_warmup[0]['threads']:.0f} -> "
+            f"{after_warmup[-1]['threads']:.0f}"
+        )
+
+    if failed_jobs:
+        print(f"LOSS: {len(failed_jobs)} jobs did not succeed: {failed_jobs[:5]}")
+    for viewer in broken[:10]:
+        print(f"LOSS: a viewer of {viewer.job_id}: {viewer.errors[:3] or 'incomplete'}")
+    if failed_jobs or broken:
+        return 1
+    print("nothing lost: every viewer got every line of every replica exactly once, in order")
+    if args.strict and not (lag_ok and memory_ok):
+        return 1
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=50)
+    parser.add_argument("--replicas", type=int, default=4)
+    parser.add_argument("--viewers", type=int, default=4)
+    parser.add_argument("--duration", type=float, default=180.0, help="seconds each replica writes")
+    parser.add_argument("--rate", type=float, default=20.0, help="lines per second per replica")
+    parser.add_argument("--warmup", type=float, default=30.0, help="seconds not measured")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--strict", action="store_true", help="also fail on lag or memory")
+    parser.add_argument("--quick", action="store_true", help="10 jobs for 20 s")
+    args = parser.parse_args()
+    if args.quick:
+        args.jobs, args.duration, args.warmup = 10, 20.0, 5.0
+    use_repo_package()
+    require_local_engine()
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="distrun-soak-") as root:
+        sys.exit(asyncio.run(soak(args, Path(root))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""What the reliability tests share: specs, following a job, checking sequences, finding
+a job's processes through /proc."""
+
+import asyncio
+import os
+import textwrap
+import time
+from collections.abc import Callable, Iterable
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any
+
+from distrun.engines.base import Job, JobUpdate, LogBatch, LogLine
+from distrun.engines.local import LocalEngine
+from distrun.spec import JobSpec
+
+from .numbered_lines import line_text
+
+WAIT = 120.0  # generous: the machine may be loaded
+NUMBERED_LINES_CODE = (Path(__file__).parent / "numbered_lines.py").read_text()
+
+
+def spec(code: str, replicas: int = 1, framework: str = "generic", **fields: Any) -> JobSpec:
+    roles = fields.pop("roles", {"worker": {"replicas": replicas}})
+    return JobSpec.from_dict(
+        {"framework": framework, "roles": roles, "code": textwrap.dedent(code), **fields}
+    )
+
+
+async def follow_to_end(
+    engine: LocalEngine, job: Job, owner: str = "alice", **kwargs: Any
+) -> tuple[Job, list[LogLine]]:
+    """Every event of `follow` until it ends: the last job state and every line."""
+    lines: list[LogLine] = []
+    last = job
+
+    async def consume() -> None:
+        nonlocal last
+        async with aclosing(engine.follow(job.id, owner, **kwargs)) as events:
+            async for event in events:
+                if isinstance(event, LogBatch):
+                    lines.extend(event.lines)
+                else:
+                    last = event.job
+
+    await asyncio.wait_for(consume(), WAIT)
+    return last, lines
+
+
+async def wait_for_job(
+    engine: LocalEngine, job: Job, check: Callable[[Job], bool], what: str
+) -> tuple[Job, float]:
+    """Follows the job's status until `check` holds; returns that job and the wall-clock time
+    (`time.time()`, comparable with times replicas print) at which its update arrived."""
+
+    async def watch() -> tuple[Job, float]:
+        async with aclosing(engine.follow(job.id, "alice")) as events:
+            async for event in events:
+                if isinstance(event, JobUpdate) and check(event.job):
+                    return event.job, time.time()
+        raise AssertionError(f"the job ended without {what}")
+
+    return await asyncio.wait_for(watch(), WAIT)
+
+
+async def wait_until(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+class SequenceChecker:
+    """Checks lines of `numbered_lines` replicas as they arrive: each replica's seqs gap-free
+    from 0 and never repeated, each text exactly the line the replica wrote."""
+
+    def __init__(self, replicas: Iterable[str]) -> None:
+        self.next_seq = {replica: 0 for replica in replicas}
+        self.received = 0
+
+    def check(self, lines: list[LogLine]) -> None:
+        for line in lines:
+            expected = self.next_seq[line.replica]
+            assert line.seq == expected, (
+                f"{line.replica}: got seq {line.seq}, expected {expected} (lost or repeated)"
+            )
+            if line.text != line_text(line.replica, line.seq):
+                raise AssertionError(
+                    f"{line.replica} line {line.seq} reads {line.text[:200]!r}, expected "
+                    f"{line_text(line.replica, line.seq)[:200]!r}"
+                )
+            self.next_seq[line.replica] = expected + 1
+        self.received += len(lines)
+
+    def cursor(self) -> dict[str, int]:
+        return dict(self.next_seq)
+
+
+def processes_of_job(job_id: str) -> list[int]:
+    """Every live process on this machine whose environment carries DISTRUN_JOB_ID=job_id."""
+    marker = f"DISTRUN_JOB_ID={job_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if state != "Z" and marker in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def open_fds() -> set[str]:
+    """What this process's file descriptors point at, as `fd -> target` strings."""
+    result = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            result.add(f"{fd} -> {os.readlink(f'/proc/self/fd/{fd}')}")
+        except OSError:  # the directory listing's own fd, already closed
+            continue
+    return result
+
+
+EngineFactory = Callable[..., LocalEngine]  # the make_local_engine fixture of tests/conftest.py
