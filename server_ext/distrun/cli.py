@@ -123,6 +123,7 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--restart-policy", help="Never, OnFailure, Always or ExitCode")
     group.add_argument("--backoff-limit", type=_count, metavar="N")
     group.add_argument("--deadline", type=_count, metavar="SECONDS")
+    group.add_argument("--startup-timeout", type=_count, metavar="SECONDS")
     group.add_argument("--clean-pod-policy", help="None, Running or All")
     group.add_argument("--queue")
     group.add_argument("--priority-class")
@@ -193,6 +194,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
         overrides["backoff_limit"] = args.backoff_limit
     if args.deadline is not None:
         overrides["active_deadline_seconds"] = args.deadline
+    if args.startup_timeout is not None:
+        overrides["startup_timeout_seconds"] = args.startup_timeout
     return overrides
 
 

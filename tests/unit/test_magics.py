@@ -597,3 +597,9 @@ def test_deeply_nested_code_is_left_to_python_without_crashing():
 def test_a_framework_override_that_is_not_a_string_is_a_spec_error():
     with pytest.raises(SpecError, match="framework must be a string"):
         spec_from_cell("%worker=2\n", overrides={"framework": ["pytorch"]})
+
+
+def test_startup_timeout_is_set_by_either_syntax():
+    ciao, _ = spec_from_cell("%framework=generic\n%startupTimeout=2m\nprint(1)\n")
+    magic, _ = spec_from_cell("%%distrun --framework generic --startup-timeout 120\nprint(1)\n")
+    assert ciao.startup_timeout_seconds == magic.startup_timeout_seconds == 120
