@@ -19,8 +19,8 @@ from .cluster import KWOK_LOGS, KubeCluster, PodLog
 WAIT = 60.0  # seconds: generous, the machine may be loaded
 
 
-def now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+def now(later: float = 0.0) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + later))
 
 
 def pytorch_pod_labels(job_id: str, role: str, index: int) -> dict[str, str]:
@@ -255,8 +255,11 @@ def _messages(path: Path) -> str:
     return "".join(line.split(" ", 3)[3] + "\n" for line in lines)
 
 
-async def warning_event(api: Any, job: dict[str, Any], reason: str, message: str) -> None:
-    """A Warning event on the job object, as an operator records a failure to create pods."""
+async def warning_event(
+    api: Any, job: dict[str, Any], reason: str, message: str, later: float = 0.0
+) -> None:
+    """A Warning event on the job object, as an operator records a failure to create pods,
+    stamped `later` seconds from now (event times have a resolution of one second)."""
     meta = job["metadata"]
     body = {
         "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
@@ -271,8 +274,8 @@ async def warning_event(api: Any, job: dict[str, Any], reason: str, message: str
         "reason": reason,
         "message": message,
         "source": {"component": "pytorchjob-controller"},
-        "firstTimestamp": now(),
-        "lastTimestamp": now(),
+        "firstTimestamp": now(later),
+        "lastTimestamp": now(later),
         "count": 1,
     }
     await client.CoreV1Api(api).create_namespaced_event(meta["namespace"], body)
