@@ -3,21 +3,31 @@
 1. API calls per submission, get, list, cancel, for each engine (a counting ApiClient);
 2. time from job creation to the first log line through `engine.follow`, with the pods created
    the way the operator would (no operator runs here) 0.5 s after the job, starting Pending;
-3. log latency with 8 replicas side by side: a line appended to every replica's log, seen
-   through `engine.follow` and through 8 `kubectl logs -f` (Debian's /usr/bin/kubectl) on the
-   same pods.
+3. log latency with 8 replicas side by side, all reading the same pods at once: a line appended
+   to every replica's log, until shown by `engine.follow`, by 8 `kubectl logs -f` (Debian's
+   /usr/bin/kubectl), and by the Kubeflow Training SDK's
+   `TrainingClient.get_job_logs(follow=True, is_master=False)`;
+4. which of them show a replica whose pod is Pending when they start, and one whose pod is
+   created after they started.
+
+The SDK (kubeflow-training 1.9.4) runs in its own throwaway virtualenv, made with pip on first
+use at $DISTRUN_KUBEFLOW_SDK_VENV (default /tmp/distrun-kubeflow-sdk).
 
 Run: PYTHONPATH=server_ext python benchmarks/bench_kube_api.py  (builds or reuses the cached
-binaries; a cold build takes many minutes). The Kubeflow SDK comparison is not done here.
+binaries; a cold build takes many minutes).
 """
 
 import asyncio
+import contextlib
 import os
+import re
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from _common import REPO, skip, use_repo_package
@@ -37,7 +47,7 @@ from distrun.engines.volcano import VolcanoEngine
 from distrun.spec import JobSpec
 
 REPLICAS = 8
-ROUNDS = 20
+ROUNDS = 10  # the SDK takes ~7 s a round, and every round waits for every tool
 
 
 class CountingApiClient(client.ApiClient):  # type: ignore[misc]
@@ -115,6 +125,171 @@ def operator_pod(job: dict[str, Any], replica: str, start_after: str | None) -> 
     }
 
 
+SDK_VENV = Path(os.environ.get("DISTRUN_KUBEFLOW_SDK_VENV", "/tmp/distrun-kubeflow-sdk"))
+SDK_PACKAGE = "kubeflow-training==1.9.4"  # the Training Operator v1 SDK (TrainingClient)
+# Run in the SDK's own virtualenv: follow every pod of the job, as a notebook user would.
+SDK_FOLLOW = """
+import sys
+from kubeflow.training import TrainingClient
+kubeconfig, namespace, name = sys.argv[1:4]
+sdk = TrainingClient(config_file=kubeconfig, namespace=namespace, job_kind="PyTorchJob")
+sdk.get_job_logs(name, namespace, is_master=False, follow=True)
+"""
+SDK_LINE_RE = re.compile(r"^\[Pod (?P<pod>[^\]]+)\]: (?P<text>.*)$")
+SEEN_TIMEOUT = 15.0  # seconds a tool gets to show a line before it counts as never shown
+
+
+def kubeflow_sdk_python() -> Path | None:
+    """The SDK's interpreter, its throwaway virtualenv made on first use (pip, from PyPI)."""
+    python = SDK_VENV / "bin" / "python"
+    if not python.exists():
+        print(f"(installing {SDK_PACKAGE} into {SDK_VENV} for the comparison)")
+        try:
+            subprocess.run([sys.executable, "-m", "venv", str(SDK_VENV)], check=True)
+            pip = [str(python), "-m", "pip", "install", "-q", SDK_PACKAGE]
+            subprocess.run(pip, check=True)
+        except (OSError, subprocess.CalledProcessError) as error:
+            print(f"the Kubeflow SDK could not be installed ({error}): no SDK comparison")
+            return None
+    return python
+
+
+class Sightings:
+    """When each tool first showed each (replica, text), on one monotonic clock."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, dict[tuple[str, str], float]] = {}
+        self.labels: dict[str, dict[str, str]] = {}  # tool -> text -> the pod it was shown as
+        self.changed = asyncio.Event()
+
+    def saw(self, tool: str, replica: str, text: str) -> None:
+        self.times.setdefault(tool, {}).setdefault((replica, text), time.monotonic())
+        self.labels.setdefault(tool, {})[text] = replica
+        self.changed.set()
+
+    def when(self, tool: str, replica: str, text: str) -> float | None:
+        return self.times.get(tool, {}).get((replica, text))
+
+    def shown(self, tool: str, text: str) -> bool:
+        """Whether `tool` showed `text`, under whichever replica's name."""
+        return text in self.labels.get(tool, {})
+
+    async def wait(self, tools: list[str], keys: list[tuple[str, str]], timeout: float) -> None:
+        """Until every tool showed every (replica, text), or `timeout`."""
+        await self._wait(lambda: all(self.when(t, r, x) for t in tools for r, x in keys), timeout)
+
+    async def wait_shown(self, tools: list[str], texts: list[str], timeout: float) -> None:
+        await self._wait(lambda: all(self.shown(t, x) for t in tools for x in texts), timeout)
+
+    async def _wait(self, done: Any, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            self.changed.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), remaining)
+
+
+class Tools:
+    """distrun's follow, one `kubectl logs -f` per pod, and the Kubeflow SDK, reading the same
+    job's pods at once; each reader records what it shows in `sightings`."""
+
+    def __init__(self, cluster: KubeCluster, namespace: str, job_id: str) -> None:
+        self.cluster, self.namespace, self.job_id = cluster, namespace, job_id
+        self.sightings = Sightings()
+        self.processes: list[asyncio.subprocess.Process] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.names: list[str] = []
+
+    def replica_of_pod(self, pod: str) -> str:
+        return pod.removeprefix(f"{self.job_id}-")
+
+    def start_distrun(self, engine: KubeEngine) -> None:
+        self.names.append("distrun")
+
+        async def read() -> None:
+            async for event in engine.follow(self.job_id, "alice"):
+                if isinstance(event, LogBatch):
+                    for line in event.lines:
+                        self.sightings.saw("distrun", line.replica, line.text)
+
+        self.tasks.append(asyncio.create_task(read()))
+
+    async def start_kubectl(self, pods: list[str]) -> None:
+        kubectl = shutil.which("kubectl")
+        if kubectl is None:
+            print("kubectl not found: no kubectl comparison")
+            return
+        self.names.append("kubectl")
+        kubeconfig = str(self.cluster.kubeconfig("admin"))
+        for pod in pods:
+            argv = [kubectl, f"--kubeconfig={kubeconfig}", "-n", self.namespace, "logs", "-f", pod]
+            process = await asyncio.create_subprocess_exec(
+                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+            )
+            self._read(process, "kubectl", lambda text, pod=pod: (self.replica_of_pod(pod), text))
+
+    async def start_sdk(self) -> None:
+        python = kubeflow_sdk_python()
+        if python is None:
+            return
+        self.names.append("kubeflow-sdk")
+        kubeconfig = str(self.cluster.kubeconfig("admin"))
+        env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+        process = await asyncio.create_subprocess_exec(
+            str(python),
+            "-u",
+            "-c",
+            SDK_FOLLOW,
+            kubeconfig,
+            self.namespace,
+            self.job_id,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env=env,
+        )
+
+        def parse(line: str) -> tuple[str, str] | None:
+            match = SDK_LINE_RE.match(line)
+            if match is None:
+                return None
+            return self.replica_of_pod(match["pod"]), match["text"]
+
+        self._read(process, "kubeflow-sdk", parse)
+
+    def _read(self, process: asyncio.subprocess.Process, tool: str, parse: Any) -> None:
+        self.processes.append(process)
+
+        async def read() -> None:
+            assert process.stdout is not None
+            while line := await process.stdout.readline():
+                parsed = parse(line.decode(errors="replace").rstrip("\n"))
+                if parsed is not None:
+                    self.sightings.saw(tool, *parsed)
+
+        self.tasks.append(asyncio.create_task(read()))
+
+    async def stop(self) -> None:
+        for process in self.processes:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+async def wait_running(core: Any, namespace: str, pods: list[str]) -> None:
+    deadline = time.monotonic() + 60
+    for pod in pods:
+        while (await core.read_namespaced_pod(pod, namespace)).status.phase != "Running":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"pod {pod} never ran")
+            await asyncio.sleep(0.1)
+
+
 async def first_line_and_latency(cluster: KubeCluster, admin: Any, namespace: str) -> None:
     engine = KubeflowEngine(api_client=admin, namespace=namespace)
     job = await engine.submit(spec(REPLICAS - 1), "alice")
@@ -145,68 +320,92 @@ async def first_line_and_latency(cluster: KubeCluster, admin: Any, namespace: st
             for line in event.lines:
                 seen.setdefault(line.replica, now)
     await creator
+    await events.aclose()  # type: ignore[attr-defined]
     print("\n## Job creation to first log line (pods created 0.5 s after the job, Pending 1 s)")
     print(
         f"distrun follow: first line {first - created:.2f} s, all {REPLICAS} replicas "
         f"{max(seen.values()) - created:.2f} s after creation"
     )
 
-    kubectl = shutil.which("kubectl")
-    processes = []
-    if kubectl:
-        kubeconfig = str(cluster.kubeconfig("admin"))
-        for name in names:
-            processes.append(
-                await asyncio.create_subprocess_exec(
-                    kubectl,
-                    f"--kubeconfig={kubeconfig}",
-                    "-n",
-                    namespace,
-                    "logs",
-                    "-f",
-                    f"{job.id}-{name}",
-                    stdout=asyncio.subprocess.PIPE,
-                )
-            )
-        for process in processes:  # skip the line already there
-            assert process.stdout is not None
-            await asyncio.wait_for(process.stdout.readline(), 60)
-    ours: list[float] = []
-    theirs: list[float] = []
+    # Every tool reads the same 8 running pods at once; a round appends a line to each log.
+    tools = Tools(cluster, namespace, job.id)
+    tools.start_distrun(engine)
+    await tools.start_kubectl([f"{job.id}-{name}" for name in names])
+    await tools.start_sdk()
+    hello = [(name, f"{name} hello") for name in names]
+    await tools.sightings.wait_shown(tools.names, [x for _, x in hello], 120)  # all reading
+    latencies: dict[str, list[float]] = {tool: [] for tool in tools.names}
+    missed: Counter[str] = Counter()
     for round_number in range(ROUNDS):
         text = f"tick {round_number}"
         start = time.monotonic()
         for log in logs.values():
             log.write(text)
-        pending = set(names)
-        while pending:
-            event = await asyncio.wait_for(events.__anext__(), 60)
-            if isinstance(event, LogBatch):
-                for line in event.lines:
-                    if line.text == text:
-                        pending.discard(line.replica)
-        ours.append(time.monotonic() - start)
-        if processes:
-            await asyncio.gather(*(p.stdout.readline() for p in processes if p.stdout))
-            theirs.append(time.monotonic() - start)
-    for process in processes:
-        process.kill()
-        await process.wait()
+        keys = [(name, text) for name in names]
+        await tools.sightings.wait(tools.names, keys, SEEN_TIMEOUT)
+        for tool in tools.names:
+            times = [tools.sightings.when(tool, name, text) for name in names]
+            if None in times:
+                missed[tool] += 1
+            else:
+                latencies[tool].append(max(t for t in times if t is not None) - start)
+    await tools.stop()
     print(
         f"\n## Log latency, {REPLICAS} replicas, {ROUNDS} rounds: a line appended to every "
-        "replica's log until all are seen (kwok serves the logs)"
+        "replica's log until the tool has shown all of them (all tools read at once)"
     )
+    for tool in tools.names:
+        values = latencies[tool]
+        if values:
+            print(
+                f"{tool:14} median {statistics.median(values) * 1000:7.1f} ms  "
+                f"max {max(values) * 1000:7.1f} ms  rounds missed {missed[tool]}"
+            )
+        else:
+            print(f"{tool:14} showed no round within {SEEN_TIMEOUT:.0f} s")
+
+
+async def late_and_pending_pods(cluster: KubeCluster, admin: Any, namespace: str) -> None:
+    """Which tool shows a replica that is still Pending when it starts (master-0), one that
+    runs (worker-0), and one whose pod is created after it started (worker-1)."""
+    engine = KubeflowEngine(api_client=admin, namespace=namespace)
+    job = await engine.submit(spec(2), "alice")
+    core = client.CoreV1Api(admin)
+    obj = await client.CustomObjectsApi(admin).get_namespaced_custom_object(
+        "kubeflow.org", "v1", namespace, "pytorchjobs", job.id
+    )
+    for name in job.spec.replica_names():
+        cluster.pod_log(namespace, f"{job.id}-{name}").write(f"{name} hello")
+    await core.create_namespaced_pod(namespace, operator_pod(obj, "worker-0", None))
+    await wait_running(core, namespace, [f"{job.id}-worker-0"])
+    await core.create_namespaced_pod(namespace, operator_pod(obj, "master-0", "8s"))
+    tools = Tools(cluster, namespace, job.id)
+    started = time.monotonic()
+    tools.start_distrun(engine)
+    await tools.start_kubectl([f"{job.id}-master-0", f"{job.id}-worker-0"])
+    await tools.start_sdk()
+    await tools.sightings.wait_shown(tools.names, ["worker-0 hello"], 60)  # each is reading
+    late = time.monotonic() - started
+    await core.create_namespaced_pod(namespace, operator_pod(obj, "worker-1", None))
+    expected = [(name, f"{name} hello") for name in job.spec.replica_names()]
+    await tools.sightings.wait(tools.names, expected, 8 + SEEN_TIMEOUT)
+    await tools.stop()
     print(
-        f"distrun follow   median {statistics.median(ours) * 1000:7.1f} ms  "
-        f"max {max(ours) * 1000:7.1f} ms"
+        "\n## A replica Pending when the tools start (master-0, runs 8 s later), a running one "
+        f"(worker-0), one created {late:.1f} s after they started (worker-1); times from the start"
     )
-    if theirs:
-        print(
-            f"kubectl logs -f  median {statistics.median(theirs) * 1000:7.1f} ms  "
-            f"max {max(theirs) * 1000:7.1f} ms  (8 processes, measured after ours each round)"
-        )
-    else:
-        print("kubectl not found: no comparison")
+    for tool in tools.names:
+        cells = []
+        for name, text in expected:
+            when = tools.sightings.when(tool, name, text)
+            shown_as = tools.sightings.labels.get(tool, {}).get(text)
+            if when is not None:
+                cells.append(f"{name} at {when - started:5.1f} s")
+            elif shown_as is not None:
+                cells.append(f"{name} shown as {shown_as}")
+            else:
+                cells.append(f"{name} never")
+        print(f"{tool:14} " + "; ".join(cells))
 
 
 async def main() -> None:
@@ -223,6 +422,7 @@ async def main() -> None:
             }
             await count_calls(api, engines)
             await first_line_and_latency(cluster, api, "bench")
+            await late_and_pending_pods(cluster, api, "bench")
         finally:
             await api.close()
 

@@ -221,4 +221,7 @@ class DistrunApp(ExtensionApp):
             engine: Engine = engine_class(**kwargs)
         except (DistrunError, TypeError, ValueError, OSError) as err:
             raise ValueError(f"engine {name!r}: cannot start {entry['class']}: {err}") from err
+        # The configured name is the engine's name (in its info, its jobs, `%engine=`), so one
+        # class can serve twice, e.g. two clusters as "kubeflow-a" and "kubeflow-b".
+        engine.name = name
         return engine

@@ -36,10 +36,13 @@ def die_with_parent() -> None:
 
 
 class Component:
-    def __init__(self, name: str, argv: Sequence[str], log_path: Path) -> None:
+    def __init__(
+        self, name: str, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
+        self.env = env  # None: this process's environment
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -49,6 +52,7 @@ class Component:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=self.env,
                 start_new_session=True,
                 preexec_fn=die_with_parent,  # noqa: PLW1509 (we start these from one thread)
             )

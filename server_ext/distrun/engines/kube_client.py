@@ -117,6 +117,13 @@ class KubeApi:
         method = self.core.list_namespaced_event
         return await self._call(what, method, namespace, field_selector=field_selector)
 
+    async def served_plurals(self, group: str, version: str, what: str) -> set[str]:
+        """The resources the API server serves in `group/version` (discovery, which every
+        authenticated user may read); NotFound when the group/version is not installed."""
+        method = self.custom.get_api_resources
+        listed = await self._call(what, method, group, version)
+        return {str(r.get("name")) for r in listed.get("resources") or []}
+
     async def replace(self, res: Resource, namespace: str, name: str, body: Obj, what: str) -> Obj:
         return await self._call(what, self._method(res, "replace"), namespace, name, body)
 

@@ -56,6 +56,7 @@ from .kube_logs import (
 log = logging.getLogger(__name__)
 CANCELLED_REASON = "cancelled by the user"
 LAST_LINES = 20
+WAITING_POLL_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class KubeEngine:
     description = ""
     resources: tuple[Resource, ...] = ()  # every kind this engine creates: (plural, kind)
     kinds: tuple[str, ...] = ()
+    operator = "the operator that runs these jobs"  # what to install when the kinds are missing
 
     def __init__(
         self,
@@ -147,8 +149,12 @@ class KubeEngine:
     def phase(self, obj: Obj) -> Phase:
         raise NotImplementedError
 
-    async def waiting_reason(self, api: KubeApi, obj: Obj) -> str | None:
-        """Why a job with no pods yet is waiting, from the cluster (events by default)."""
+    async def waiting_reason(self, api: KubeApi, obj: Obj, job: Job) -> str | None:
+        """Why the pending `job` waits, in words, when its pods do not say: the latest Warning
+        event on the job object (an operator that cannot create the pods reports it there).
+        None keeps the reason `describe` gave."""
+        if pending_reason(job.replicas) is not None:
+            return None
         meta = obj["metadata"]
         selector = f"involvedObject.name={meta['name']},involvedObject.kind={obj.get('kind')}"
         try:
@@ -164,11 +170,19 @@ class KubeEngine:
     # --- the Engine protocol ---
 
     async def info(self) -> EngineInfo:
+        """Available when the API server answers and serves every kind this engine creates.
+        Discovery needs no namespace, so a per-user namespace template is no obstacle."""
         try:
             api = await self.api()
-            await api.list(self.resources[0], self.namespace_for("probe"), "x=y", "list jobs")
+            missing = await self._missing_resources(api)
         except DistrunError as error:
             return EngineInfo(self.name, self.description, available=False, reason=str(error))
+        if missing:
+            reason = (
+                f"the cluster does not serve {', '.join(missing)}; install {self.operator} "
+                "(or remove this engine from DistrunApp.engines)"
+            )
+            return EngineInfo(self.name, self.description, available=False, reason=reason)
         return EngineInfo(
             self.name,
             self.description,
@@ -179,6 +193,20 @@ class KubeEngine:
                 "api": f"{self.resources[0].group}/{self.resources[0].version}",
             },
         )
+
+    async def _missing_resources(self, api: KubeApi) -> list[str]:
+        missing: list[str] = []
+        for group, version in dict.fromkeys((r.group, r.version) for r in self.resources):
+            try:
+                served = await api.served_plurals(group, version, f"discover {group}/{version}")
+            except NotFound:
+                served = set()
+            missing += [
+                f"{r.plural}.{group}/{version}"
+                for r in self.resources
+                if (r.group, r.version) == (group, version) and r.plural not in served
+            ]
+        return missing
 
     async def submit(self, spec: JobSpec, owner: str) -> Job:
         api = await self.api()
@@ -223,8 +251,8 @@ class KubeEngine:
         obj, spec = await self._get_owned(api, job_id, owner)
         pods = await self._pods(api, obj, spec)
         job = describe(self.name, obj, spec, pods, self.phase(obj))
-        if job.state == JobState.PENDING and not pods:
-            job.reason = await self.waiting_reason(api, obj) or job.reason
+        if job.state == JobState.PENDING:
+            job.reason = await self.waiting_reason(api, obj, job) or job.reason
         if job.failed_replica and job.failed_replica in pods:
             job.last_lines = await self._last_lines(api, pods[job.failed_replica], spec)
         return job
@@ -451,14 +479,17 @@ class _Follow:
         }
         self.follower_tasks: list[asyncio.Task[None]] = []
         self.watch_tasks: list[asyncio.Task[None]] = []
+        self.waiting: str | None = None  # the cluster's word on why the pending job waits
 
     async def events(self) -> AsyncIterator[LogEvent]:
         meta = self.obj["metadata"]
         namespace, job_id = meta["namespace"], meta["name"]
         await self._list_pods(namespace, job_id)
+        await self._refresh_waiting()
         self.watch_tasks = [
             asyncio.create_task(self._watch_job(namespace, job_id)),
             asyncio.create_task(self._watch_pods(namespace, job_id)),
+            asyncio.create_task(self._poll_waiting()),
         ]
         self.follower_tasks = [asyncio.create_task(f.run()) for f in self.followers.values()]
         sent: Job | None = None
@@ -493,11 +524,31 @@ class _Follow:
             if isinstance(result, Exception) and not isinstance(result, DistrunError):
                 log.warning("a log follower of %s failed: %r", self.obj["metadata"]["name"], result)
 
-    def _describe(self) -> Job:
+    def _describe(self, with_waiting: bool = True) -> Job:
         obj = self.obj
         if self.gone and not obj["metadata"].get("deletionTimestamp"):
             obj = {**obj, "metadata": {**obj["metadata"], "deletionTimestamp": "gone"}}
-        return describe(self.engine.name, obj, self.spec, self.pods, self.engine.phase(obj))
+        job = describe(self.engine.name, obj, self.spec, self.pods, self.engine.phase(obj))
+        if with_waiting and self.waiting and job.state == JobState.PENDING:
+            job.reason = self.waiting
+        return job
+
+    async def _refresh_waiting(self) -> None:
+        job = self._describe(with_waiting=False)
+        waiting = None
+        if job.state == JobState.PENDING:
+            with contextlib.suppress(DistrunError):
+                waiting = await self.engine.waiting_reason(self.api, self.obj, job)
+        if waiting != self.waiting:
+            self.waiting = waiting
+            self._notify()
+
+    async def _poll_waiting(self) -> None:
+        """Events and PodGroups are not watched (a watch per follower for a word that rarely
+        changes); while the job is pending they are read again every few seconds."""
+        while True:
+            await asyncio.sleep(WAITING_POLL_SECONDS)
+            await self._refresh_waiting()
 
     def _drain(self, limit: int | None = None) -> list[LogLine]:
         lines: list[LogLine] = []
@@ -703,19 +754,29 @@ def replica_status(name: str, pod: Obj | None) -> ReplicaStatus:
         if message:
             status.reason += f": {message.strip()}"
     else:
-        status.reason = _pending_pod_reason(pod_status, waiting)
+        status.reason = _pending_pod_reason(pod, waiting)
+    if status.state == JobState.RUNNING and waiting:
+        status.reason = _words(waiting, "waiting")  # e.g. CrashLoopBackOff between restarts
     return status
 
 
-def _pending_pod_reason(pod_status: Obj, waiting: Obj | None) -> str:
+def _pending_pod_reason(pod: Obj, waiting: Obj | None) -> str:
+    pod_status = pod.get("status") or {}
     for condition in pod_status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            why = condition.get("reason") or "not scheduled"
-            return f"{why}: {condition.get('message', '')}".strip(": ")
+            return _words(condition, "not scheduled")
     if waiting:
-        why = waiting.get("reason") or "waiting"
-        return f"{why}: {waiting.get('message', '')}".strip(": ")
+        return _words(waiting, "waiting")
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node:
+        return f"starting on node {node}"
     return "waiting to be scheduled" if not pod_status.get("conditions") else "starting"
+
+
+def _words(status: Obj, default: str) -> str:
+    """ "Reason: message" of a condition or a container's waiting state."""
+    why = status.get("reason") or default
+    return f"{why}: {status.get('message', '')}".strip(": ")
 
 
 def pending_reason(replicas: list[ReplicaStatus]) -> str | None:

@@ -25,6 +25,7 @@ _RUNNING = ("Running", "Restarting")
 class KubeflowEngine(KubeEngine):
     name = "kubeflow"
     description = "Kubeflow Training Operator v1 jobs (PyTorchJob, TFJob, MPIJob, ...)."
+    operator = "the Kubeflow Training Operator v1 (v1.9 or later)"
     kinds = tuple(KINDS)
     resources = tuple(Resource("kubeflow.org", "v1", plural) for plural, _key in KINDS.values())
 

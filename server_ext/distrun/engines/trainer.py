@@ -28,6 +28,7 @@ _TERMINAL = {"Complete": JobState.SUCCEEDED, "Failed": JobState.FAILED}
 class TrainerEngine(KubeEngine):
     name = "trainer"
     description = "Kubeflow Trainer v2 TrainJobs against a training runtime."
+    operator = "Kubeflow Trainer v2 and its training runtimes"
     kinds = ("TrainJob",)
     resources = (Resource("trainer.kubeflow.org", "v1alpha1", PLURAL),)
 

@@ -14,7 +14,7 @@ from ..manifests.volcano import (
     volcano_job,
 )
 from ..spec import JobSpec
-from .base import JobState
+from .base import Job, JobState
 from .kube_client import KubeApi, Obj, Resource
 from .kube_engine import KubeEngine, Phase, k8s_time
 
@@ -36,6 +36,7 @@ _PHASES = {
 class VolcanoEngine(KubeEngine):
     name = "volcano"
     description = "Volcano jobs: one task per role, gang-scheduled (all replicas or none)."
+    operator = "Volcano (its scheduler and job controller)"
     kinds = ("Job",)
     resources = (Resource("batch.volcano.sh", "v1alpha1", PLURAL),)
 
@@ -70,15 +71,40 @@ class VolcanoEngine(KubeEngine):
             return Phase(job_state, reason)
         return Phase(job_state)
 
-    async def waiting_reason(self, api: KubeApi, obj: Obj) -> str | None:
-        """The PodGroup's word first: Volcano keeps a gang that does not fit Pending there."""
+    async def waiting_reason(self, api: KubeApi, obj: Obj, job: Job) -> str | None:
+        """The PodGroup's word first: Volcano holds a gang that does not fit there (Pending:
+        the queue has not admitted it; Inqueue: admitted, not yet placed), pods or not."""
         meta = obj["metadata"]
-        name = f"{meta['name']}-{meta.get('uid', '')}"
+        name = f"{meta['name']}-{meta.get('uid', '')}"  # the Volcano job controller's naming
         try:
             group = await api.get(PODGROUPS, meta["namespace"], name, "read the PodGroup")
         except DistrunError:
-            return await super().waiting_reason(api, obj)
-        for condition in (group.get("status") or {}).get("conditions") or []:
-            if condition.get("type") == "Unschedulable" and condition.get("status") == "True":
-                return f"waiting for gang resources: {condition.get('message', '').strip()}"
-        return await super().waiting_reason(api, obj)
+            group = None
+        reason = podgroup_reason(group) if group is not None else None
+        return reason or await super().waiting_reason(api, obj, job)
+
+
+def podgroup_reason(group: Obj) -> str | None:
+    """Why a gang waits, in words, from its PodGroup; None once it is placed."""
+    spec, status = group.get("spec") or {}, group.get("status") or {}
+    queue = spec.get("queue") or "default"
+    members = spec.get("minMember")
+    gang = f"all {members} replicas" if members else "the whole gang"
+    phase = status.get("phase") or "Pending"
+    if phase == "Pending":
+        words = f"waiting for queue {queue} to admit {gang} (gang scheduling)"
+    elif phase == "Inqueue":
+        words = f"admitted to queue {queue}; waiting until {gang} can be placed at once"
+    else:
+        return None
+    blocked = [
+        c
+        for c in status.get("conditions") or []
+        if c.get("type") == "Unschedulable" and c.get("status") == "True"
+    ]
+    if blocked:
+        latest = max(blocked, key=lambda c: c.get("lastTransitionTime") or "")
+        message = (latest.get("message") or latest.get("reason") or "").strip()
+        if message:
+            words += f": {message}"
+    return words

@@ -1,0 +1,298 @@
+"""Real jupyter_server processes with the distrun extension and its Kubernetes engines, against
+the tier's cluster, for end-to-end tests through the REST API and the log websocket.
+
+The server reaches the cluster as the ServiceAccount `distrun-server`, holding exactly the
+ClusterRole `SERVER_RULES` (the README's RBAC) through a RoleBinding in each user namespace
+`distrun-<user>`. Users authenticate to the server with their own token (TOKENS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import kubernetes
+import yaml
+from kubernetes.client.exceptions import ApiException
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from tornado.websocket import WebSocketClientConnection, websocket_connect
+
+from .cluster import KubeCluster
+from .processes import Component, free_port, http_ok
+
+REPO = Path(__file__).resolve().parents[2]
+SERVER_NAMESPACE = "distrun-system"
+SERVER_ACCOUNT = "distrun-server"
+NAMESPACE_TEMPLATE = "distrun-{username}"
+USERS = ("alice", "bob")
+TOKENS = {user: f"{user}-{secrets.token_hex(8)}" for user in USERS}
+BASE_URL = "/hub/user/shared/"  # a base URL as JupyterHub gives one, to prove routes honour it
+STARTUP_TIMEOUT = 90.0
+REQUEST_TIMEOUT = 60.0
+
+_JOB_VERBS = ["get", "list", "watch", "create", "delete"]
+# What the server's own Kubernetes identity needs, nothing more. The ConfigMap `update` is the
+# log ledger (seqs that survive container restarts and server restarts); `events` and
+# `podgroups` give the reasons a job waits.
+SERVER_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": ["kubeflow.org"],
+        "resources": ["pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs"],
+        "verbs": _JOB_VERBS,
+    },
+    {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": _JOB_VERBS},
+    {"apiGroups": ["batch.volcano.sh"], "resources": ["jobs"], "verbs": _JOB_VERBS},
+    {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
+]
+
+
+def user_namespace(user: str) -> str:
+    return NAMESPACE_TEMPLATE.replace("{username}", user)
+
+
+def engine_config(kubeconfig: Path) -> dict[str, Any]:
+    """DistrunApp.engines for the three Kubernetes engines, per-user namespaces."""
+    kwargs = {"kubeconfig": str(kubeconfig), "namespace": NAMESPACE_TEMPLATE}
+    return {
+        "kubeflow": {"class": "distrun.engines.kubeflow.KubeflowEngine", "kwargs": kwargs},
+        "volcano": {"class": "distrun.engines.volcano.VolcanoEngine", "kwargs": kwargs},
+        "trainer": {"class": "distrun.engines.trainer.TrainerEngine", "kwargs": kwargs},
+    }
+
+
+def prepare_server_identity(cluster: KubeCluster, workdir: Path) -> Path:
+    """Namespaces for the users and the server's ServiceAccount, its ClusterRole bound in each
+    user namespace, and a kubeconfig carrying a token for it. Idempotent per cluster."""
+    core = kubernetes.client.CoreV1Api(cluster.admin)
+    rbac = kubernetes.client.RbacAuthorizationV1Api(cluster.admin)
+    for namespace in (SERVER_NAMESPACE, *map(user_namespace, USERS)):
+        with contextlib.suppress(ApiException):
+            core.read_namespace(namespace)
+            continue
+        cluster.create_namespace(namespace)
+    _create_or_keep(
+        lambda: core.create_namespaced_service_account(
+            SERVER_NAMESPACE, {"metadata": {"name": SERVER_ACCOUNT}}
+        )
+    )
+    _create_or_keep(
+        lambda: rbac.create_cluster_role(
+            {"metadata": {"name": SERVER_ACCOUNT}, "rules": SERVER_RULES}
+        )
+    )
+    for user in USERS:
+        _create_or_keep(
+            lambda user=user: rbac.create_namespaced_role_binding(
+                user_namespace(user),
+                {
+                    "metadata": {"name": SERVER_ACCOUNT},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": SERVER_ACCOUNT,
+                    },
+                    "subjects": [
+                        {
+                            "kind": "ServiceAccount",
+                            "name": SERVER_ACCOUNT,
+                            "namespace": SERVER_NAMESPACE,
+                        }
+                    ],
+                },
+            )
+        )
+    request = core.create_namespaced_service_account_token(
+        SERVER_ACCOUNT, SERVER_NAMESPACE, {"spec": {"expirationSeconds": 24 * 3600}}
+    )
+    config = yaml.safe_load(cluster.kubeconfig("admin").read_text())
+    config["users"] = [{"name": SERVER_ACCOUNT, "user": {"token": request.status.token}}]
+    config["contexts"] = [
+        {"name": SERVER_ACCOUNT, "context": {"cluster": "distrun-test", "user": SERVER_ACCOUNT}}
+    ]
+    config["current-context"] = SERVER_ACCOUNT
+    path = workdir / "distrun-server.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def unreachable_kubeconfig(cluster: KubeCluster, workdir: Path) -> Path:
+    """A kubeconfig whose API server address answers nothing (a closed loopback port)."""
+    config = yaml.safe_load(cluster.kubeconfig("admin").read_text())
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
+    path = workdir / "unreachable.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _create_or_keep(create: Any) -> None:
+    try:
+        create()
+    except ApiException as error:
+        if error.status != 409:
+            raise
+
+
+@dataclass
+class DistrunServer:
+    """One jupyter_server process; `start()` returns once it answers."""
+
+    engines: dict[str, Any]
+    default_engine: str = "local"
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="distrun-srv-")))
+
+    def __post_init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}{BASE_URL}"
+        self.component: Component | None = None
+
+    def start(self) -> DistrunServer:
+        for name in ("root", "config", "data", "runtime", "state"):
+            (self.workdir / name).mkdir(exist_ok=True)
+        config = self.workdir / "config" / "jupyter_server_config.py"
+        settings = {
+            "ServerApp": {
+                "ip": "127.0.0.1",
+                "port": self.port,
+                "port_retries": 0,
+                "base_url": BASE_URL,
+                "open_browser": False,
+                "allow_root": True,
+                "root_dir": str(self.workdir / "root"),
+                "jpserver_extensions": {"distrun": True},
+                "identity_provider_class": (
+                    "tests.k8s.server_identity.TokenPerUserIdentityProvider"
+                ),
+            },
+            "TokenPerUserIdentityProvider": {
+                "users_by_token": {token: user for user, token in TOKENS.items()}
+            },
+            "DistrunApp": {
+                "owner_source": "username",
+                "default_engine": self.default_engine,
+                "state_dir": str(self.workdir / "state"),
+                "engines": {
+                    "local": {"class": "distrun.engines.local.LocalEngine"},
+                    **self.engines,
+                },
+            },
+        }
+        # Values go through JSON, so nothing of them is Python code.
+        config.write_text(
+            "import json\n"
+            f"for section, values in json.loads({json.dumps(settings)!r}).items():\n"
+            "    for key, value in values.items():\n"
+            "        c[section][key] = value\n"
+        )
+        env = {
+            **os.environ,
+            "PYTHONPATH": f"{REPO / 'server_ext'}{os.pathsep}{REPO}",
+            "JUPYTER_CONFIG_DIR": str(self.workdir / "config"),
+            "JUPYTER_DATA_DIR": str(self.workdir / "data"),
+            "JUPYTER_RUNTIME_DIR": str(self.workdir / "runtime"),
+            "JUPYTER_PLATFORM_DIRS": "1",
+        }
+        argv = [sys.executable, "-m", "jupyter_server", f"--config={config}"]
+        self.component = Component("jupyter-server", argv, self.workdir / "server.log", env)
+        self.component.start()
+        self.component.wait_ready(lambda: http_ok(f"{self.url}api"), STARTUP_TIMEOUT)
+        return self
+
+    def stop(self) -> None:
+        if self.component is not None:
+            self.component.stop()
+
+    def log_tail(self) -> str:
+        return self.component.log_tail(80) if self.component else ""
+
+    # --- clients ---
+
+    async def call(
+        self, user: str, *path: str, method: str = "GET", body: Any = None, **query: Any
+    ) -> tuple[int, Any]:
+        """(status, JSON body or text) of a request as `user`; errors are returned, not raised."""
+        request = HTTPRequest(
+            self._url(path, query),
+            method=method,
+            headers={"Authorization": f"token {TOKENS[user]}"},
+            body=None if body is None else json.dumps(body),
+            allow_nonstandard_methods=True,
+            request_timeout=REQUEST_TIMEOUT,
+        )
+        try:
+            response = await AsyncHTTPClient().fetch(request)
+        except HTTPClientError as error:
+            if error.response is None:
+                raise
+            response = error.response
+        text = response.body.decode() if response.body else ""
+        if response.headers.get("Content-Type", "").startswith("application/json"):
+            return response.code, json.loads(text)
+        return response.code, text
+
+    async def websocket(self, user: str, *path: str, **query: Any) -> WebSocketClientConnection:
+        url = self._url(path, query).replace("http://", "ws://", 1)
+        request = HTTPRequest(
+            url,
+            headers={"Authorization": f"token {TOKENS[user]}"},
+            request_timeout=REQUEST_TIMEOUT,
+        )
+        return await websocket_connect(request)
+
+    def _url(self, path: tuple[str, ...], query: dict[str, Any]) -> str:
+        url = self.url + "/".join(path)
+        pairs = [
+            (key, item)
+            for key, value in query.items()
+            for item in (value if isinstance(value, list) else [value])
+        ]
+        return f"{url}?{urlencode(pairs)}" if pairs else url
+
+
+@contextlib.contextmanager
+def running(*servers: DistrunServer) -> Iterator[tuple[DistrunServer, ...]]:
+    try:
+        for server in servers:
+            server.start()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+async def receive(ws: WebSocketClientConnection) -> dict[str, Any] | None:
+    """The next JSON message of the log websocket; None once the server closed it."""
+    message = await asyncio.wait_for(ws.read_message(), REQUEST_TIMEOUT)
+    return None if message is None else dict(json.loads(message))
+
+
+def delete_user_jobs(cluster: KubeCluster) -> None:
+    """Remove every job distrun made in the user namespaces (their pods and ConfigMaps go with
+    them), so the tests' jobs never count against a user's limit of unfinished jobs."""
+    custom = kubernetes.client.CustomObjectsApi(cluster.admin)
+    kinds = [(rule["apiGroups"][0], rule["resources"]) for rule in SERVER_RULES[:3]]
+    for user in USERS:
+        for group, plurals in kinds:
+            version = "v1alpha1" if group != "kubeflow.org" else "v1"
+            for plural in plurals:
+                custom.delete_collection_namespaced_custom_object(
+                    group,
+                    version,
+                    user_namespace(user),
+                    plural,
+                    label_selector="app.kubernetes.io/managed-by=distrun",
+                )

@@ -1,0 +1,307 @@
+"""The Kubernetes engines end to end through real jupyter_server processes: a cell submitted over
+REST becomes a PyTorchJob and its ConfigMap in the user's namespace, every replica's log comes
+through one websocket with status events and resume, another user sees none of it, and any
+server process (a second one, a restarted one) serves the job from the API server alone."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from tornado.websocket import WebSocketClientConnection
+
+from .cluster import KubeCluster
+from .distrun_server import (
+    DistrunServer,
+    delete_user_jobs,
+    engine_config,
+    prepare_server_identity,
+    receive,
+    running,
+    unreachable_kubeconfig,
+    user_namespace,
+)
+from .operator_sim import (
+    WAIT,
+    create_pod,
+    get_custom,
+    pytorch_pod_labels,
+    set_job_conditions,
+)
+
+pytestmark = pytest.mark.kubernetes
+
+ALICE_NS = user_namespace("alice")
+CELL = "%engine=kubeflow\n%framework=pytorch\n%worker=1\nprint('hello from every replica')\n"
+PYTORCHJOBS = "kubeflow.org/v1/pytorchjobs"
+
+
+@pytest.fixture(scope="module")
+def server_kubeconfig(kube_cluster: KubeCluster, tmp_path_factory: Any) -> Path:
+    return prepare_server_identity(kube_cluster, tmp_path_factory.mktemp("distrun-server"))
+
+
+@pytest.fixture(scope="module")
+def servers(
+    kube_cluster: KubeCluster, server_kubeconfig: Path, tmp_path_factory: Any
+) -> Iterator[tuple[DistrunServer, DistrunServer]]:
+    """Two independent server processes on the same cluster; the second also has an engine
+    whose API server is unreachable."""
+    offline = unreachable_kubeconfig(kube_cluster, tmp_path_factory.mktemp("offline"))
+    engines = engine_config(server_kubeconfig)
+    second_engines = {
+        **engines,
+        "offline": {
+            "class": "distrun.engines.kubeflow.KubeflowEngine",
+            "kwargs": {"kubeconfig": str(offline), "namespace": "distrun-{username}"},
+        },
+    }
+    with running(DistrunServer(engines), DistrunServer(second_engines)) as (first, second):
+        yield first, second
+    delete_user_jobs(kube_cluster)
+
+
+async def submit_cell(server: DistrunServer, cell: str = CELL) -> dict[str, Any]:
+    status, job = await server.call("alice", "distrun", "jobs", method="POST", body={"cell": cell})
+    assert status == 201, job
+    return dict(job)
+
+
+async def start_pods(
+    cluster: KubeCluster, admin: Any, job_id: str, **lines: tuple[str, ...]
+) -> dict[str, Any]:
+    """The operator's pods for `lines` ({"master": (...), "worker": (...)}), index 0 each."""
+    job = await get_custom(admin, ALICE_NS, PYTORCHJOBS, job_id)
+    logs = {}
+    for role, role_lines in lines.items():
+        logs[role] = await create_pod(
+            cluster,
+            admin,
+            job,
+            name=f"{job_id}-{role}-0",
+            labels=pytorch_pod_labels(job_id, role, 0),
+            container="pytorch",
+            lines=role_lines,
+        )
+    return logs
+
+
+async def read_until(
+    ws: WebSocketClientConnection, done: Any, seen: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Messages until `done(messages)` holds; fails if the server closes first."""
+    messages = [] if seen is None else seen
+    while not done(messages):
+        message = await receive(ws)
+        assert message is not None, f"the websocket closed early after {messages}"
+        messages.append(message)
+    return messages
+
+
+def lines_in(messages: list[dict[str, Any]]) -> list[tuple[str, int, str]]:
+    return [
+        (r, seq, text) for m in messages if m["type"] == "lines" for r, seq, _, text in m["lines"]
+    ]
+
+
+def statuses(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [m["job"] for m in messages if m["type"] == "status"]
+
+
+def has_texts(*texts: str) -> Any:
+    return lambda messages: set(texts) <= {text for _, _, text in lines_in(messages)}
+
+
+async def read_to_end(ws: WebSocketClientConnection) -> list[dict[str, Any]]:
+    messages = []
+    while (message := await receive(ws)) is not None:
+        messages.append(message)
+    return messages
+
+
+# --- engines --------------------------------------------------------------------------------
+
+
+async def test_engines_lists_the_kubernetes_engines_and_an_unreachable_one_as_unavailable(
+    servers: tuple[DistrunServer, DistrunServer],
+) -> None:
+    _, second = servers
+    status, body = await second.call("alice", "distrun", "engines")
+    assert status == 200
+    engines = {engine["name"]: engine for engine in body["engines"]}
+    assert list(engines) == ["local", "kubeflow", "volcano", "trainer", "offline"]
+    for name in ("kubeflow", "volcano", "trainer"):
+        assert engines[name]["available"] is True, engines[name]
+        assert engines[name]["namespaces"] == ["distrun-{username}"]
+    assert engines["kubeflow"]["options"]["kinds"][0] == "PyTorchJob"
+    offline = engines["offline"]
+    assert offline["available"] is False
+    assert "unreachable" in offline["reason"]
+    # The broken engine does not break listing: the others answer, the failure is named.
+    status, listed = await second.call("alice", "distrun", "jobs")
+    assert status == 200
+    assert "unreachable" in listed["engine_errors"]["offline"]
+
+
+# --- a cell, its objects, and its logs through one websocket -----------------------------
+
+
+async def test_a_kubeflow_cell_streams_every_replica_through_one_websocket_with_resume(
+    servers: tuple[DistrunServer, DistrunServer], kube_cluster: KubeCluster, kube_admin: Any
+) -> None:
+    server, _ = servers
+    job = await submit_cell(server)
+    job_id = job["id"]
+    assert job["engine"] == "kubeflow" and job["owner"] == "alice"
+    assert [r["name"] for r in job["replicas"]] == ["master-0", "worker-0"]
+
+    # The operator's object and the code's ConfigMap, owned by it, in alice's namespace.
+    obj = await get_custom(kube_admin, ALICE_NS, PYTORCHJOBS, job_id)
+    assert obj["metadata"]["annotations"]["distrun.io/owner"] == "alice"
+    assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "distrun"
+    assert set(obj["spec"]["pytorchReplicaSpecs"]) == {"Master", "Worker"}
+    configmap = await client.CoreV1Api(kube_admin).read_namespaced_config_map(job_id, ALICE_NS)
+    (reference,) = configmap.metadata.owner_references
+    assert (reference.kind, reference.uid) == ("PyTorchJob", obj["metadata"]["uid"])
+    assert any("hello from every replica" in value for value in configmap.data.values())
+
+    path = ("distrun", "jobs", job_id, "logs", "stream")
+    ws = await server.websocket("alice", *path)
+    first = await receive(ws)
+    assert first is not None and first["type"] == "status"
+    assert first["job"]["state"] == "pending" and first["job"]["reason"]
+
+    logs = await start_pods(kube_cluster, kube_admin, job_id, master=("m0", "m1"), worker=("w0",))
+    seen = await read_until(ws, has_texts("m0", "m1", "w0"))
+    await read_until(ws, lambda _: statuses(seen)[-1]["state"] == "running", seen)
+    assert sorted(lines_in(seen)) == [
+        ("master-0", 0, "m0"),
+        ("master-0", 1, "m1"),
+        ("worker-0", 0, "w0"),
+    ]
+    ws.close()
+
+    # Lines written while nobody listens; the client resumes after what it had.
+    logs["master"].write("m2")
+    logs["worker"].write("w1", "w2")
+    resumed = await server.websocket("alice", *path, since="master-0:2,worker-0:1")
+    again = await read_until(resumed, has_texts("m2", "w1", "w2"))
+    assert again[0]["type"] == "status" and again[0]["job"]["state"] == "running"
+    assert sorted(lines_in(again)) == [
+        ("master-0", 2, "m2"),
+        ("worker-0", 1, "w1"),
+        ("worker-0", 2, "w2"),
+    ]
+
+    await set_job_conditions(kube_admin, obj, "Created", "Running", "Succeeded")
+    rest = await read_to_end(resumed)
+    assert rest[-1] == {"type": "end"}
+    assert statuses(again + rest)[-1]["state"] == "succeeded"
+    assert lines_in(rest) == []  # nothing repeated
+    assert resumed.close_code == 1000
+
+    status, page = await server.call("alice", "distrun", "jobs", job_id, "logs", format="json")
+    assert status == 200
+    assert sorted((r, seq, text) for r, seq, _, text in page["lines"]) == [
+        ("master-0", 0, "m0"),
+        ("master-0", 1, "m1"),
+        ("master-0", 2, "m2"),
+        ("worker-0", 0, "w0"),
+        ("worker-0", 1, "w1"),
+        ("worker-0", 2, "w2"),
+    ]
+    assert page["next"] == {"master-0": 3, "worker-0": 3}
+
+
+# --- tenancy -------------------------------------------------------------------------------
+
+
+async def test_bob_gets_404_for_everything_of_alices(
+    servers: tuple[DistrunServer, DistrunServer], kube_cluster: KubeCluster, kube_admin: Any
+) -> None:
+    server, _ = servers
+    job = await submit_cell(server)
+    job_id = job["id"]
+    await start_pods(kube_cluster, kube_admin, job_id, master=("secret",))
+    for method, path in (
+        ("GET", ("distrun", "jobs", job_id)),
+        ("GET", ("distrun", "jobs", job_id, "logs")),
+        ("POST", ("distrun", "jobs", job_id, "cancel")),
+        ("DELETE", ("distrun", "jobs", job_id)),
+    ):
+        status, body = await server.call(
+            "bob", *path, method=method, body={} if method == "POST" else None
+        )
+        assert status == 404, (method, path, body)
+        assert "secret" not in str(body)
+    status, listed = await server.call("bob", "distrun", "jobs")
+    assert status == 200 and job_id not in [j["id"] for j in listed["jobs"]]
+
+    ws = await server.websocket("bob", "distrun", "jobs", job_id, "logs", "stream")
+    messages = await read_to_end(ws)
+    assert [m["type"] for m in messages] == ["error"]
+    assert ws.close_code == 4404
+
+    # Alice's job is untouched by bob's attempts.
+    status, mine = await server.call("alice", "distrun", "jobs", job_id)
+    assert status == 200 and mine["state"] != "cancelled"
+    status, listed = await server.call("alice", "distrun", "jobs", engine="kubeflow")
+    assert job_id in [j["id"] for j in listed["jobs"]]
+
+
+# --- no state in the server process ------------------------------------------------------
+
+
+async def test_another_server_and_a_restarted_one_serve_the_job_from_the_api_server_alone(
+    servers: tuple[DistrunServer, DistrunServer], kube_cluster: KubeCluster, kube_admin: Any
+) -> None:
+    first, second = servers
+    job = await submit_cell(first)
+    job_id = job["id"]
+    logs = await start_pods(kube_cluster, kube_admin, job_id, master=("m0", "m1"), worker=("w0",))
+    ws = await first.websocket("alice", "distrun", "jobs", job_id, "logs", "stream")
+    seen = await read_until(ws, has_texts("m0", "m1", "w0"))
+    ws.close()
+
+    # The second server never saw this job: it answers for it all the same.
+    status, fetched = await second.call("alice", "distrun", "jobs", job_id)
+    assert status == 200 and fetched["id"] == job_id and fetched["state"] == "running"
+    status, listed = await second.call("alice", "distrun", "jobs", engine="kubeflow")
+    assert job_id in [j["id"] for j in listed["jobs"]]
+    status, page = await second.call("alice", "distrun", "jobs", job_id, "logs", format="json")
+    assert sorted(
+        tuple(x) for x in lines_in([{"type": "lines", "lines": page["lines"]}])
+    ) == sorted(lines_in(seen))
+    logs["master"].write("m2")
+    ws = await second.websocket(
+        "alice", "distrun", "jobs", job_id, "logs", "stream", since="master-0:2,worker-0:1"
+    )
+    assert lines_in(await read_until(ws, has_texts("m2"))) == [("master-0", 2, "m2")]
+    ws.close()
+
+    # A restarted server too; and a cancel through one server is what the other reports.
+    first.stop()
+    first.start()
+    status, page = await first.call(
+        "alice", "distrun", "jobs", job_id, "logs", format="json", since="master-0:1"
+    )
+    assert status == 200
+    assert sorted((r, s, t) for r, s, _, t in page["lines"]) == [
+        ("master-0", 1, "m1"),
+        ("master-0", 2, "m2"),
+        ("worker-0", 0, "w0"),
+    ]
+    status, cancelled = await second.call(
+        "alice", "distrun", "jobs", job_id, "cancel", method="POST", body={}
+    )
+    assert status == 200 and cancelled["state"] == "cancelled"
+    deadline = time.monotonic() + WAIT
+    while (reply := await first.call("alice", "distrun", "jobs", job_id))[0] != 404:
+        assert reply[1]["state"] == "cancelled"
+        assert time.monotonic() < deadline, "the cancelled job was never deleted"
+        await asyncio.sleep(0.2)  # the foreground deletion completed: the job and its pods are gone

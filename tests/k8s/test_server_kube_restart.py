@@ -1,0 +1,121 @@
+"""A replica's container restarting in its pod (restartCount), done as a kubelet does it: the
+old log is served as `previous`, a new one starts, the pod's status shows the restart. Seqs
+continue across restarts with nothing duplicated, live and for a client resuming with `since`
+through another server process, which knows the earlier runs' line counts only from the
+ledger in the API server (after two restarts the first run's log is gone from the node)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tornado.websocket import WebSocketClientConnection
+
+from .cluster import KubeCluster
+from .distrun_server import (
+    DistrunServer,
+    delete_user_jobs,
+    engine_config,
+    prepare_server_identity,
+    receive,
+    running,
+    user_namespace,
+)
+from .operator_sim import (
+    create_pod,
+    get_custom,
+    pytorch_pod_labels,
+    restart_container,
+    set_job_conditions,
+)
+
+pytestmark = pytest.mark.kubernetes
+
+ALICE_NS = user_namespace("alice")
+MASTER_ONLY = "%engine=kubeflow\n%framework=pytorch\n%worker=0\nprint('hi')\n"
+
+
+@pytest.fixture(scope="module")
+def servers(
+    kube_cluster: KubeCluster, tmp_path_factory: Any
+) -> Iterator[tuple[DistrunServer, DistrunServer]]:
+    kubeconfig: Path = prepare_server_identity(kube_cluster, tmp_path_factory.mktemp("srv"))
+    engines = engine_config(kubeconfig)
+    with running(DistrunServer(engines), DistrunServer(engines)) as (first, second):
+        yield first, second
+    delete_user_jobs(kube_cluster)
+
+
+async def lines_until(
+    ws: WebSocketClientConnection, last_text: str, seen: list[tuple[int, str]]
+) -> list[tuple[int, str]]:
+    """Adds master-0's (seq, text) pairs to `seen` until `last_text` arrives."""
+    while last_text not in [text for _, text in seen]:
+        message = await receive(ws)
+        assert message is not None, f"the websocket closed early; lines: {seen}"
+        if message["type"] == "lines":
+            seen += [(seq, text) for replica, seq, _, text in message["lines"]]
+    return seen
+
+
+async def test_seqs_continue_across_container_restarts_live_and_resumed_elsewhere(
+    servers: tuple[DistrunServer, DistrunServer], kube_cluster: KubeCluster, kube_admin: Any
+) -> None:
+    first, second = servers
+    status, job = await first.call(
+        "alice", "distrun", "jobs", method="POST", body={"cell": MASTER_ONLY}
+    )
+    assert status == 201, job
+    job_id, pod = job["id"], f"{job['id']}-master-0"
+    owner = await get_custom(kube_admin, ALICE_NS, "kubeflow.org/v1/pytorchjobs", job_id)
+    path = ("distrun", "jobs", job_id, "logs", "stream")
+    live = await first.websocket("alice", *path)
+    log = await create_pod(
+        kube_cluster,
+        kube_admin,
+        owner,
+        name=pod,
+        labels=pytorch_pod_labels(job_id, "master", 0),
+        container="pytorch",
+        lines=("a0", "a1"),
+    )
+    seen: list[tuple[int, str]] = []
+    await lines_until(live, "a1", seen)
+    log.write("a2")  # the first run's last words, just before it dies
+
+    log = await restart_container(kube_cluster, kube_admin, ALICE_NS, pod, "pytorch", "b0")
+    await lines_until(live, "b0", seen)
+    log.write("b1")
+    await lines_until(live, "b1", seen)
+
+    await restart_container(kube_cluster, kube_admin, ALICE_NS, pod, "pytorch", "c0")
+    await lines_until(live, "c0", seen)
+    expected = [(0, "a0"), (1, "a1"), (2, "a2"), (3, "b0"), (4, "b1"), (5, "c0")]
+    assert seen == expected  # in order, nothing twice
+
+    # Another server process resumes a client from the second run: the node keeps only the
+    # previous run's log, and that run's first seq (3) is known from the ledger alone.
+    resumed = await second.websocket("alice", *path, since="master-0:4")
+    again: list[tuple[int, str]] = []
+    await lines_until(resumed, "c0", again)
+    assert again == [(4, "b1"), (5, "c0")]
+    status, fetched = await second.call("alice", "distrun", "jobs", job_id)
+    assert fetched["replicas"][0]["restarts"] == 2
+
+    status, page = await second.call("alice", "distrun", "jobs", job_id, "logs", format="json")
+    assert [(seq, text) for _, seq, _, text in page["lines"]] == [
+        (3, "b0"),
+        (4, "b1"),
+        (5, "c0"),
+    ]  # the first run's log is gone from the node; what remains keeps its seqs
+    assert page["next"] == {"master-0": 6}
+
+    await set_job_conditions(kube_admin, owner, "Created", "Running", "Succeeded")
+    for ws in (live, resumed):
+        rest = []
+        while (message := await receive(ws)) is not None:
+            rest.append(message)
+        assert rest[-1] == {"type": "end"}
+        assert not [m for m in rest if m["type"] == "lines"]  # nothing repeated at the end
