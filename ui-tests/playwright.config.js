@@ -9,7 +9,7 @@ const token = process.env.DISTRUN_UI_TOKEN || 'distrun-ui-tests';
 
 module.exports = {
   ...baseConfig,
-  reporter: [[process.env.CI ? 'github' : 'list']],
+  reporter: [['list']],
   retries: 0,
   workers: 1,
   use: {
@@ -36,6 +36,8 @@ module.exports = {
     url: `http://127.0.0.1:${port}/api/status?token=${token}`,
     timeout: 120 * 1000,
     reuseExistingServer: !process.env.CI,
+    // The server's log drowns the results; DISTRUN_UI_SERVER_LOG=1 shows it.
+    stderr: process.env.DISTRUN_UI_SERVER_LOG ? 'pipe' : 'ignore',
     env: { ...process.env, DISTRUN_UI_PORT: port, DISTRUN_UI_TOKEN: token }
   }
 };
