@@ -25,8 +25,8 @@ from .frameworks import FRAMEWORKS, Framework
 from .http_errors import DomainErrorHandler
 from .spec import CLEAN_POD_POLICIES, RESTART_POLICIES, JobSpec
 
-JOB_ID_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
-REPLICA_RE = re.compile(r"^[a-z][a-z0-9]*-[0-9]{1,6}$")
+JOB_ID_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?\Z")
+REPLICA_RE = re.compile(r"^[a-z][a-z0-9]*-[0-9]{1,6}\Z")
 PAGE_LINES = 10_000  # lines asked of an engine per read
 MAX_TAIL = 100_000
 TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
