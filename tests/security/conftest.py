@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+# The jp_* fixtures (pytest_plugins is only honoured in the rootdir's conftest).
+from pytest_jupyter.jupyter_server import *
 from tornado.httpclient import AsyncHTTPClient, HTTPResponse
 
 from tests.conftest import kill_every_job
-
-# The jp_* fixtures (pytest_plugins is only honoured in the rootdir's conftest).
-from pytest_jupyter.jupyter_server import *  # noqa: F403
 from tests.server.conftest import (  # noqa: F401 (fixtures)
     BOB,
     TokenPerUserIdentityProvider,

@@ -91,9 +91,7 @@ async def test_the_log_websocket_refuses_a_foreign_origin_and_accepts_its_own(
         with pytest.raises(HTTPClientError) as caught:
             await websocket_connect(request)
         assert caught.value.code == 403, origin
-    own = HTTPRequest(
-        url, headers={"Cookie": cookie, "Origin": f"http://127.0.0.1:{jp_http_port}"}
-    )
+    own = HTTPRequest(url, headers={"Cookie": cookie, "Origin": f"http://127.0.0.1:{jp_http_port}"})
     ws = await websocket_connect(own)
     first = json.loads(await asyncio.wait_for(ws.read_message(), TIMEOUT))
     assert first["type"] == "status" and first["job"]["id"] == job["id"]
