@@ -16,6 +16,8 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from jupyter_server.utils import url_path_join
 from tornado import web
+from tornado.http1connection import HTTP1Connection
+from tornado.httputil import HTTPServerRequest
 
 from .app import DistrunApp
 from .cellfiles import read_cell_files
@@ -25,9 +27,10 @@ from .frameworks import FRAMEWORKS, Framework
 from .http_errors import DomainErrorHandler
 from .spec import CLEAN_POD_POLICIES, RESTART_POLICIES, JobSpec
 
-JOB_ID_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
-REPLICA_RE = re.compile(r"^[a-z][a-z0-9]*-[0-9]{1,6}$")
+JOB_ID_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?\Z")
+REPLICA_RE = re.compile(r"^[a-z][a-z0-9]*-[0-9]{1,6}\Z")
 PAGE_LINES = 10_000  # lines asked of an engine per read
+SMALL_BODY_BYTES = 64 * 1024  # the most a request that carries no job may send
 MAX_TAIL = 100_000
 TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
 
@@ -117,12 +120,25 @@ def next_cursor(since: Cursor, replicas: list[str], lines: list[LogLine]) -> Cur
     return cursor
 
 
+def limit_body_size(request: HTTPServerRequest, limit: int) -> None:
+    """Make tornado stop reading a streamed body past `limit` (for a chunked body, which has no
+    length up front, it answers 400 and closes the connection)."""
+    if isinstance(request.connection, HTTP1Connection):
+        request.connection.set_max_body_size(limit)
+
+
 def line_json(line: LogLine) -> list[Any]:
     return [line.replica, line.seq, line.time, line.text]
 
 
+@web.stream_request_body
 class DistrunHandler(ExtensionHandlerMixin, DomainErrorHandler):
+    """Bodies are streamed to `data_received`, so `prepare` runs on the headers alone and a body
+    over `body_limit()` is refused from its Content-Length before any of it is read (unstreamed,
+    tornado would buffer up to ServerApp.max_body_size, 512 MiB, before the handler runs)."""
+
     auth_resource = "distrun"
+    _body: bytearray
 
     @property
     def app(self) -> DistrunApp:
@@ -135,15 +151,28 @@ class DistrunHandler(ExtensionHandlerMixin, DomainErrorHandler):
     def job_url(self, job_id: str) -> str:
         return str(url_path_join(self.base_url, "distrun", "jobs", job_id))
 
-    def json_body(self) -> dict[str, Any]:
-        size = len(self.request.body)
-        if size > self.app.max_body_bytes:
+    def body_limit(self) -> int:
+        """The largest body this handler reads; only a job submission carries a large one."""
+        return SMALL_BODY_BYTES
+
+    async def prepare(self) -> None:  # type: ignore[override]  # as APIHandler.prepare
+        self._body = bytearray()
+        limit = self.body_limit()
+        limit_body_size(self.request, limit)
+        await super().prepare()
+        declared = self.request.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > limit:
             raise LimitExceeded(
-                f"the request body is {size:,} bytes, over the limit of "
-                f"{self.app.max_body_bytes:,}; ship large data through a volume or object storage"
+                f"the request body is {int(declared):,} bytes, over the limit of {limit:,}; "
+                "ship large data through a volume or object storage"
             )
+
+    def data_received(self, chunk: bytes) -> None:
+        self._body += chunk
+
+    def json_body(self) -> dict[str, Any]:
         try:
-            body = json.loads(self.request.body or b"null")
+            body = json.loads(self._body or b"null")
         except (ValueError, UnicodeDecodeError):
             raise SpecError("the request body is not valid JSON") from None
         if not isinstance(body, dict):
@@ -178,6 +207,9 @@ async def _engine_info(engine: Engine) -> EngineInfo:
 
 
 class JobsHandler(DistrunHandler):
+    def body_limit(self) -> int:
+        return self.app.max_body_bytes
+
     @web.authenticated
     @authorized
     async def get(self) -> None:

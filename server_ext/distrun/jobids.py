@@ -14,7 +14,7 @@ from .errors import NotFound
 MAX_JOB_ID_LENGTH = 40
 SUFFIX_LENGTH = 5
 _SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
-_JOB_ID_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+_JOB_ID_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?\Z")
 _NOT_LABEL_CHARS_RE = re.compile(r"[^a-z0-9]+")
 
 

@@ -15,13 +15,13 @@ from .frameworks import FRAMEWORKS
 
 RESTART_POLICIES = ("Never", "OnFailure", "Always", "ExitCode")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
-ENGINE_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
-JOB_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-CPU_RE = re.compile(r"^([0-9]+(\.[0-9]{1,3})?|[0-9]+m)$")
-MEMORY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$")
-NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
+ENGINE_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}\Z")
+JOB_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?\Z")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+CPU_RE = re.compile(r"^([0-9]+(\.[0-9]{1,3})?|[0-9]+m)\Z")
+MEMORY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?\Z")
+NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}\Z")
 MAX_NAME_LENGTH = 32
 
 

@@ -18,13 +18,21 @@ from jupyter_server.auth.decorator import authorized, ws_authenticated
 from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.base.websocket import WebSocketMixin
 from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado import web
 from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from .app import DistrunApp
 from .engines.base import JobUpdate, LogBatch, LogEvent, LogLine
 from .errors import DistrunError
-from .handlers import check_job_id, check_replicas, line_json, parse_replicas, parse_since
+from .handlers import (
+    check_job_id,
+    check_replicas,
+    limit_body_size,
+    line_json,
+    parse_replicas,
+    parse_since,
+)
 from .http_errors import WS_CLOSE_INTERNAL_ERROR, error_body, ws_close_code
 
 FRAME_MAX_LINES = 2_000
@@ -51,13 +59,24 @@ def frames(lines: list[LogLine]) -> list[list[LogLine]]:
     return result
 
 
+@web.stream_request_body
 class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, JupyterHandler):
+    """Streamed, so that `prepare` sees the headers before any body: a handshake has none, and
+    one that declares a body is refused before it is read."""
+
     auth_resource = "distrun"
     _task: "asyncio.Task[None] | None" = None
 
     @property
     def app(self) -> DistrunApp:
         return cast(DistrunApp, self.extensionapp)
+
+    def prepare(self, *args: Any, **kwargs: Any) -> Any:
+        limit_body_size(self.request, 0)
+        return super().prepare(*args, **kwargs)
+
+    def data_received(self, chunk: bytes) -> None:
+        """Never called: the body limit is 0."""
 
     @ws_authenticated
     @authorized
