@@ -111,7 +111,12 @@ export class RunForm {
     if (header === null) {
       return toOverrides(this._values);
     }
-    return toOverrides(this._values, this._fromHeader(header));
+    const overrides = toOverrides(this._values, this._fromHeader(header));
+    if (header.framework === undefined) {
+      // The header leaves the framework to the form (the server's fallback).
+      overrides.framework = this._values.framework;
+    }
+    return overrides;
   }
 
   /** Keeps the form's choice in the notebook's metadata (after a job was accepted). */
@@ -164,7 +169,11 @@ export class RunForm {
   // --- values ---
 
   private _fromHeader(header: IHeaderValues): IFormValues {
-    return applyHeader(this._engines!, this._notebookValues(), header);
+    return applyHeader(
+      this._engines!,
+      header,
+      this._notebookValues().framework
+    );
   }
 
   private _notebookValues(): IFormValues {

@@ -166,29 +166,40 @@ export function reconcile(
   return values;
 }
 
-/** The header's settings over `base` (whose framework the header may change). */
+/**
+ * What the server runs for a cell with this header, as form values: the header's framework
+ * (else `fallbackFramework`, which the form then sends), its role counts (roles it does not
+ * name get none, or their required minimum; no counts at all: the framework's defaults), its
+ * resources, image, engine and namespace.
+ */
 export function applyHeader(
   engines: IEngines,
-  base: IFormValues,
-  header: IHeaderValues
+  header: IHeaderValues,
+  fallbackFramework: string
 ): IFormValues {
-  const framework = header.framework ?? base.framework;
-  const values =
-    framework === base.framework
-      ? cloneValues(base)
-      : switchFramework(engines, base, framework);
-  values.image = header.image ?? values.image;
-  values.engine = header.engine ?? values.engine;
-  values.namespace = header.namespace ?? values.namespace;
-  for (const [name, role] of Object.entries(values.roles)) {
-    if (name in header.counts) {
-      role.replicas = header.counts[name];
+  const values = defaultValues(engines, header.framework ?? fallbackFramework);
+  const fw = findFramework(engines, values.framework);
+  const named = Object.keys(header.counts).length > 0;
+  for (const role of fw?.roles ?? []) {
+    const role_values = values.roles[role.name];
+    if (named) {
+      role_values.replicas =
+        header.counts[role.name] ??
+        (role.min_replicas > 0
+          ? Math.max(role.default_replicas, role.min_replicas)
+          : 0);
     }
-    const resources = { ...header.resources[''], ...header.resources[name] };
+    const resources = {
+      ...header.resources[''],
+      ...header.resources[role.name]
+    };
     for (const resource of RESOURCES) {
-      role[resource] = resources[resource] ?? role[resource];
+      role_values[resource] = resources[resource] ?? '';
     }
   }
+  values.image = header.image ?? '';
+  values.engine = header.engine ?? engines.default_engine;
+  values.namespace = header.namespace ?? '';
   return values;
 }
 
