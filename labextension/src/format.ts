@@ -4,6 +4,7 @@
  */
 
 import { IJob, IReplicaStatus, JobState } from './model';
+import { describeWaiting } from './stuck';
 
 /** What we need of a translation bundle (`TranslationBundle` satisfies it). */
 export interface ITrans {
@@ -32,7 +33,7 @@ export function formatStatus(job: IJob, trans: ITrans, now?: number): string {
   switch (job.state) {
     case 'pending':
       return job.reason
-        ? trans.__('pending: %1', job.reason)
+        ? trans.__('pending: %1', describeWaiting(job.reason, trans))
         : trans.__('pending');
     case 'running':
       return trans.__('running %1/%2', job.replicas_running, total);

@@ -30,7 +30,15 @@ import {
 } from '@lumino/coreutils';
 
 import { cancelJob, deleteJob } from './api';
-import { choiceFromSpec, IRunChoice } from './header';
+// The form is part of the sidebar, needed at activation like it.
+// eslint-disable-next-line jupyter/prefer-lazy-imports
+import { RunForm } from './form';
+import {
+  choiceFromSpec,
+  choiceToOverrides,
+  hasMagicHeader,
+  IRunChoice
+} from './header';
 import { distrunIcon } from './icons';
 // The sidebar is needed at activation (the layout restorer tracks it), so load it eagerly.
 // eslint-disable-next-line jupyter/prefer-lazy-imports
@@ -38,6 +46,12 @@ import { JobListPanel } from './sidebar';
 import { CommandIDs, PLUGIN_ID, TRANSLATION_DOMAIN } from './tokens';
 
 const LAST_CHOICE_KEY = `${PLUGIN_ID}:last-choice`;
+
+/** The commands that interrupt a notebook's kernel: its jobs are cancelled with it. */
+const INTERRUPT_COMMANDS = new Set([
+  'notebook:interrupt-kernel',
+  'kernelmenu:interrupt'
+]);
 
 /** The active cell when it is a code cell: the one the job output goes to. */
 function activeCodeCell(panel: NotebookPanel | null): CodeCell | null {
@@ -134,7 +148,17 @@ const plugin: JupyterFrontEndPlugin<void> = {
     app.shell.add(sidebar, 'left', { rank: 900 });
     restorer?.add(sidebar, sidebar.id);
 
-    addCommands(app, tracker, sidebar, choices, trans);
+    const form = new RunForm({
+      commands: app.commands,
+      translator: translator ?? nullTranslator,
+      defaults: () => choices.current()
+    });
+    sidebar.addSection(form.node);
+    followActiveCell(tracker, form);
+    void form.load().then(() => form.follow(...activeCellSource(tracker)));
+
+    addCommands(app, tracker, sidebar, form, choices, trans);
+    cancelJobsOnInterrupt(app, tracker, trans);
     palette?.addItem({
       command: CommandIDs.runCell,
       category: trans.__('Distributed')
@@ -150,6 +174,7 @@ function addCommands(
   app: JupyterFrontEnd,
   tracker: INotebookTracker,
   sidebar: JobListPanel,
+  form: RunForm,
   choices: RunChoices,
   trans: TranslationBundle
 ): void {
@@ -177,10 +202,19 @@ function addCommands(
       if (!panel || !activeCodeCell(panel)) {
         return;
       }
-      const { runCellDistributed } = await import('./runcell');
-      const job = await runCellDistributed(panel, choices.current());
-      if (job) {
-        choices.remember(choiceFromSpec(job.spec));
+      const { runCellDistributed, selectedSource } = await import('./runcell');
+      const cell = selectedSource(panel);
+      // Before the form knows the server's frameworks, fall back to the remembered choice.
+      const overrides =
+        form.overridesFor(cell) ??
+        (hasMagicHeader(cell) ? null : choiceToOverrides(choices.current()));
+      form.clearErrors();
+      const result = await runCellDistributed(panel, overrides);
+      if (result && 'job' in result) {
+        choices.remember(choiceFromSpec(result.job.spec));
+        form.remember(panel);
+      } else if (result) {
+        form.showError(result.error);
       }
       await sidebar.refresh();
     }
@@ -250,6 +284,66 @@ function addCommands(
   tracker.currentChanged.connect(() =>
     commands.notifyCommandChanged(CommandIDs.runCell)
   );
+}
+
+/** The active notebook and its active code cell's source (null when it is not a code cell). */
+function activeCellSource(
+  tracker: INotebookTracker
+): [NotebookPanel | null, string | null] {
+  const panel = tracker.currentWidget;
+  const cell = activeCodeCell(panel);
+  return [panel, cell ? cell.model.sharedModel.getSource() : null];
+}
+
+/** Keeps the form on the active cell: its header, or the notebook's own choice. */
+function followActiveCell(tracker: INotebookTracker, form: RunForm): void {
+  let watched: CodeCell | null = null;
+  let timer = 0;
+  const follow = () => form.follow(...activeCellSource(tracker));
+  const onEdit = () => {
+    window.clearTimeout(timer);
+    timer = window.setTimeout(follow, 300);
+  };
+  const watch = () => {
+    watched?.model.contentChanged.disconnect(onEdit);
+    watched = activeCodeCell(tracker.currentWidget);
+    watched?.model.contentChanged.connect(onEdit);
+    follow();
+  };
+  tracker.currentChanged.connect(watch);
+  tracker.activeCellChanged.connect(watch);
+}
+
+/**
+ * Interrupting a notebook's kernel (toolbar stop button, `I I`, Kernel menu) also cancels the
+ * jobs its cells started that are still running.
+ */
+function cancelJobsOnInterrupt(
+  app: JupyterFrontEnd,
+  tracker: INotebookTracker,
+  trans: TranslationBundle
+): void {
+  const cancelling = new Set<NotebookPanel>();
+  app.commands.commandExecuted.connect((_, executed) => {
+    if (!INTERRUPT_COMMANDS.has(executed.id)) {
+      return;
+    }
+    // The command names its notebook by widget id in its args, or acts on the current one.
+    const named = Object.values(executed.args);
+    const panel =
+      tracker.find(candidate => named.includes(candidate.id)) ??
+      tracker.currentWidget;
+    if (!panel || cancelling.has(panel)) {
+      return; // the Kernel menu runs the notebook's own command: cancel once
+    }
+    cancelling.add(panel);
+    void import('./runcell')
+      .then(({ cancelNotebookJobs }) => cancelNotebookJobs(panel))
+      .catch(error =>
+        showErrorMessage(trans.__('Cannot cancel the jobs'), error as Error)
+      )
+      .finally(() => cancelling.delete(panel));
+  });
 }
 
 export default plugin;

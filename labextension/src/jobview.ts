@@ -18,6 +18,8 @@ import { JobStream } from './stream';
 import { TRANSLATION_DOMAIN } from './tokens';
 
 export const DEFAULT_MAX_LINES = 5000;
+/** At most this many lines are painted per animation frame; older ones are counted. */
+export const MAX_LINES_PER_FRAME = 300;
 
 export interface IJobViewOptions {
   jobId: string;
@@ -92,6 +94,17 @@ export class JobView extends Widget {
 
     this._log.className = 'jp-distrun-JobView-log';
     this._log.dataset.testId = 'distrun-job-log';
+    this._log.setAttribute('role', 'log');
+    this._log.setAttribute('aria-label', this._trans.__('Replica logs'));
+    // Known from scroll events, so painting never reads the layout before writing it.
+    this._log.addEventListener(
+      'scroll',
+      () => {
+        const log = this._log;
+        this._follow = log.scrollHeight - log.scrollTop - log.clientHeight < 4;
+      },
+      { passive: true }
+    );
 
     this.node.append(header, this._notice, this._log);
   }
@@ -143,22 +156,24 @@ export class JobView extends Widget {
     if (!this._notice.classList.contains('jp-mod-error')) {
       this._notice.hidden = true;
     }
-    const { lines, skipped } = this._buffer.drain();
-    const log = this._log;
-    const stickToBottom =
-      log.scrollHeight - log.scrollTop - log.clientHeight < 4;
+    const drained = this._buffer.drain();
+    // Under a flood, paint only the newest lines of the frame: the rest are counted in a note.
+    const lines = drained.lines.slice(-MAX_LINES_PER_FRAME);
+    const skipped = drained.skipped + drained.lines.length - lines.length;
+    const chunk = document.createElement('div');
+    chunk.className = 'jp-distrun-chunk';
     if (skipped > 0) {
-      // Everything on screen is older than the skipped lines: start over from them.
-      log.replaceChildren(this._skippedNote(skipped));
+      chunk.append(this._skippedNote(skipped));
     }
-    const fragment = document.createDocumentFragment();
     for (const line of lines) {
-      fragment.append(this._lineNode(line));
+      chunk.append(this._lineNode(line));
     }
-    log.append(fragment);
-    this._trimLog();
-    if (stickToBottom) {
-      log.scrollTop = log.scrollHeight;
+    if (chunk.childElementCount > 0) {
+      this._trimLog(chunk.childElementCount);
+      this._log.append(chunk);
+    }
+    if (this._follow) {
+      this._log.scrollTop = this._log.scrollHeight;
     }
     this.node.dataset.ended = String(this._ended);
   }
@@ -178,16 +193,21 @@ export class JobView extends Widget {
     const note = document.createElement('div');
     note.className = 'jp-distrun-skipped';
     note.textContent = this._trans.__(
-      '… %1 earlier lines not shown (the logs REST endpoint has them all)',
+      '… %1 lines not shown here (the logs REST endpoint has them all)',
       count
     );
     return note;
   }
 
-  private _trimLog(): void {
-    const excess = this._log.childElementCount - this._buffer.maxLines;
-    for (let i = 0; i < excess; i++) {
-      this._log.firstElementChild?.remove();
+  /** Makes room for `adding` lines under `maxLines`, dropping the oldest frames' chunks. */
+  private _trimLog(adding: number): void {
+    this._shown += adding;
+    let chunk = this._log.firstElementChild;
+    while (chunk && this._shown > this._buffer.maxLines) {
+      const next = chunk.nextElementSibling;
+      this._shown -= chunk.childElementCount;
+      chunk.remove();
+      chunk = next;
     }
   }
 
@@ -202,4 +222,6 @@ export class JobView extends Widget {
   private _prefixWidth = 0;
   private _frame = 0;
   private _ended = false;
+  private _follow = true;
+  private _shown = 0;
 }

@@ -8,9 +8,8 @@ import { PathExt } from '@jupyterlab/coreutils';
 import { CodeCell } from '@jupyterlab/cells';
 import { NotebookPanel } from '@jupyterlab/notebook';
 
-import { submitCell } from './api';
-import { hasMagicHeader, choiceToOverrides, IRunChoice } from './header';
-import { IJob, ISubmitCell } from './model';
+import { cancelJob, DistrunAPIError, listJobs, submitCell } from './api';
+import { IJob, IJobSpec, isJobId, isTerminal, ISubmitCell } from './model';
 import { JOB_MIME_TYPE } from './tokens';
 
 function activeCodeCell(panel: NotebookPanel): CodeCell | null {
@@ -48,35 +47,79 @@ export function errorOutput(message: string): nbformat.IStream {
   };
 }
 
+/** What a submission came to: the job, or the server's refusal (also shown in the output). */
+export type RunResult = { job: IJob } | { error: DistrunAPIError };
+
 /**
- * Submits and shows the job in the active cell's output. Returns the job, or null when the
- * server refused it (the reason is then in the output). `choice` is used only when the cell
- * has no header.
+ * Submits and shows the job in the active cell's output, or the server's error as one line
+ * there. `overrides` (the form's values) go with the cell as they are; null sends none.
  */
 export async function runCellDistributed(
   panel: NotebookPanel,
-  choice: IRunChoice
-): Promise<IJob | null> {
+  overrides: Partial<IJobSpec> | null
+): Promise<RunResult | null> {
   const target = activeCodeCell(panel);
   if (!target) {
     return null;
   }
-  const cell = selectedSource(panel);
   const body: ISubmitCell = {
-    cell,
+    cell: selectedSource(panel),
     cwd: PathExt.dirname(panel.context.localPath)
   };
-  if (!hasMagicHeader(cell)) {
-    body.overrides = choiceToOverrides(choice);
+  if (overrides && Object.keys(overrides).length) {
+    body.overrides = overrides;
   }
   const outputs = target.model.outputs;
   outputs.clear();
   try {
     const job = await submitCell(body);
     outputs.add(jobOutput(job));
-    return job;
+    return { job };
   } catch (error) {
     outputs.add(errorOutput((error as Error).message));
-    return null;
+    const refusal =
+      error instanceof DistrunAPIError
+        ? error
+        : new DistrunAPIError(0, String(error));
+    return { error: refusal };
   }
+}
+
+/** The ids of the jobs whose live output is in one of the notebook's cells. */
+export function jobIdsInNotebook(panel: NotebookPanel): Set<string> {
+  const ids = new Set<string>();
+  for (const cell of panel.content.widgets) {
+    if (!(cell instanceof CodeCell)) {
+      continue;
+    }
+    const outputs = cell.model.outputs;
+    for (let i = 0; i < outputs.length; i++) {
+      const data = outputs.get(i).data[JOB_MIME_TYPE] as
+        { job_id?: unknown } | undefined;
+      const id = data?.job_id;
+      if (isJobId(id)) {
+        ids.add(id);
+      }
+    }
+  }
+  return ids;
+}
+
+/**
+ * Cancels every job started from the notebook's cells that has not finished (what
+ * interrupting the notebook's kernel means for them). Returns the ids it cancelled.
+ */
+export async function cancelNotebookJobs(
+  panel: NotebookPanel
+): Promise<string[]> {
+  const ids = jobIdsInNotebook(panel);
+  if (!ids.size) {
+    return [];
+  }
+  const { jobs } = await listJobs();
+  const running = jobs
+    .filter(job => ids.has(job.id) && !isTerminal(job.state))
+    .map(job => job.id);
+  await Promise.all(running.map(id => cancelJob(id)));
+  return running;
 }

@@ -58,6 +58,11 @@ export class JobListPanel extends Widget {
     }
   }
 
+  /** Puts `node` (the Run-distributed form) between the toolbar and the job list. */
+  addSection(node: HTMLElement): void {
+    this.node.insertBefore(node, this._message);
+  }
+
   dispose(): void {
     this._poll.dispose();
     super.dispose();
@@ -144,9 +149,12 @@ export class JobListPanel extends Widget {
       .join(' · ');
 
     card.append(top, meta);
-    if (job.state === 'failed') {
+    // A failed job says why; so does a pending one the engine reports stuck.
+    if (job.state === 'failed' || (job.state === 'pending' && job.reason)) {
       const reason = document.createElement('div');
       reason.className = 'jp-distrun-JobCard-reason';
+      reason.dataset.testId = 'distrun-job-reason';
+      reason.dataset.state = job.state;
       reason.textContent = formatStatus(job, this._trans, now);
       card.append(reason);
     }

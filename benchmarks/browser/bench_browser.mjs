@@ -1,0 +1,344 @@
+#!/usr/bin/env node
+/**
+ * Browser figures for distrun's JupyterLab extension, in Debian's Chromium, against a real
+ * JupyterLab with the real server extension and the local engine (started here):
+ *
+ * 1. Click on "Run distributed" to the first log line on screen (median of N runs).
+ * 2. Frame times (requestAnimationFrame deltas recorded in the page: p50/p95/max) while a job
+ *    prints 100k lines/s into the cell output, side by side with plain JupyterLab printing the
+ *    same lines at the same pace from the notebook's own kernel.
+ *
+ * Prints figures; asserts nothing. See README.md.
+ */
+
+import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const REPO = join(HERE, '..', '..');
+const require = createRequire(join(REPO, 'ui-tests', 'package.json'));
+
+const { values: opts } = parseArgs({
+  options: {
+    runs: { type: 'string', default: '5' },
+    seconds: { type: 'string', default: '3' },
+    rate: { type: 'string', default: '100000' },
+    port: { type: 'string', default: '18931' },
+    chromium: { type: 'string', default: process.env.CHROMIUM_PATH || '/usr/bin/chromium' }
+  }
+});
+const RUNS = Number(opts.runs);
+const SECONDS = Number(opts.seconds);
+const RATE = Number(opts.rate);
+const TOKEN = 'distrun-browser-bench';
+const BASE = `http://127.0.0.1:${opts.port}`;
+// After the printing stops, how long frames are still recorded (the output catching up).
+const SETTLE_SECONDS = 5;
+// The longest either side may take to show its lines before it is reported unfinished.
+const RUN_LIMIT_SECONDS = 40;
+
+let chromium;
+try {
+  ({ chromium } = require('playwright-core'));
+} catch {
+  console.log('SKIPPED: playwright-core is missing; run `jlpm install` in ui-tests/ first');
+  process.exit(0);
+}
+
+/** The printing loop, the same for both sides: RATE lines/s in 10 ms batches. */
+function printer(rate, seconds) {
+  return [
+    'import sys, time',
+    `rate, seconds, batch = ${rate}, ${seconds}, ${Math.max(1, Math.round(rate / 100))}`,
+    'start, n = time.time(), 0',
+    'while n < rate * seconds:',
+    '    sys.stdout.write("".join(f"line {n + i:09d} loss=0.{(n + i) % 997:03d}\\n" for i in range(batch)))',
+    '    sys.stdout.flush()',
+    '    n += batch',
+    '    ahead = n / rate - (time.time() - start)',
+    '    if ahead > 0:',
+    '        time.sleep(ahead)',
+    'print(f"printed {n} lines in {time.time() - start:.2f} s", flush=True)'
+  ].join('\n');
+}
+
+const FIRST_LINE_CELL = '%framework=generic\n%worker=1\nprint("first line", flush=True)';
+const FLOOD_CELL = `%framework=generic\n%worker=1\n${printer(RATE, SECONDS)}`;
+const PLAIN_CELL = printer(RATE, SECONDS);
+
+function percentile(sorted, p) {
+  if (!sorted.length) {
+    return NaN;
+  }
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+}
+
+function median(values) {
+  return percentile([...values].sort((a, b) => a - b), 50);
+}
+
+const ms = value => (Number.isFinite(value) ? `${value.toFixed(1)} ms` : 'n/a');
+
+async function startLab() {
+  const env = {
+    ...process.env,
+    PATH: `/tmp/warm/venv/bin:${process.env.PATH}`,
+    PYTHONPATH: [join(REPO, 'server_ext'), process.env.PYTHONPATH].filter(Boolean).join(':'),
+    DISTRUN_UI_PORT: opts.port,
+    DISTRUN_UI_TOKEN: TOKEN
+  };
+  const lab = spawn(
+    'jupyter',
+    ['lab', '--allow-root', '--config', join(REPO, 'ui-tests', 'jupyter_server_test_config.py')],
+    { env, stdio: ['ignore', 'ignore', 'pipe'], detached: true }
+  );
+  let log = '';
+  lab.stderr.on('data', chunk => (log = (log + chunk).slice(-4000)));
+  const deadline = Date.now() + 120_000;
+  while (Date.now() < deadline) {
+    if (lab.exitCode !== null) {
+      throw new Error(`jupyter lab exited:\n${log}`);
+    }
+    try {
+      const response = await fetch(`${BASE}/distrun/engines?token=${TOKEN}`);
+      if (response.ok) {
+        return lab;
+      }
+      if (response.status === 404) {
+        console.log('SKIPPED: the distrun server extension did not load');
+        process.kill(-lab.pid);
+        process.exit(0);
+      }
+    } catch {
+      // not listening yet
+    }
+    await new Promise(resolve => setTimeout(resolve, 500));
+  }
+  throw new Error(`jupyter lab did not start in 120 s:\n${log}`);
+}
+
+/** Counts the log lines the page receives on distrun's websockets (for the achieved rate). */
+function countStreamLines() {
+  const Native = window.WebSocket;
+  window.__distrunLines = 0;
+  window.WebSocket = class extends Native {
+    constructor(url, protocols) {
+      super(url, protocols);
+      if (String(url).includes('/logs/stream')) {
+        this.addEventListener('message', event => {
+          const message = JSON.parse(event.data);
+          if (message.type === 'lines') {
+            window.__distrunLines += message.lines.length;
+          }
+        });
+      }
+    }
+  };
+}
+
+async function newNotebook(page) {
+  await page.goto(`${BASE}/lab?token=${TOKEN}`);
+  await page.waitForFunction(() => window.jupyterapp?.shell, null, { timeout: 120_000 });
+  await page.evaluate(() => window.jupyterapp.restored);
+  await page.evaluate(() =>
+    window.jupyterapp.commands.execute('notebook:create-new', { kernelName: 'python3' })
+  );
+  await page.waitForSelector('.jp-NotebookPanel .jp-Cell', { timeout: 60_000 });
+  await page.waitForFunction(
+    () => {
+      const panel = window.jupyterapp.shell.currentWidget;
+      return panel?.sessionContext?.session?.kernel?.status === 'idle';
+    },
+    null,
+    { timeout: 60_000 }
+  );
+}
+
+async function setCell(page, source) {
+  await page.evaluate(text => {
+    const notebook = window.jupyterapp.shell.currentWidget.content;
+    notebook.activeCellIndex = 0;
+    notebook.activeCell.model.outputs.clear();
+    notebook.activeCell.model.sharedModel.setSource(text);
+  }, source);
+}
+
+/** Click on the toolbar's Run distributed -> first `.jp-distrun-line` in the cell, in ms. */
+async function clickToFirstLine(page) {
+  await setCell(page, FIRST_LINE_CELL);
+  const button = page.locator('.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]');
+  await page.evaluate(() => {
+    window.__firstLine = new Promise(resolve => {
+      const cell = window.jupyterapp.shell.currentWidget.content.activeCell.node;
+      const button = document.querySelector(
+        '.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]'
+      );
+      let clicked = 0;
+      button.addEventListener('click', () => (clicked = performance.now()), {
+        capture: true,
+        once: true
+      });
+      const observer = new MutationObserver(() => {
+        if (clicked && cell.querySelector('.jp-distrun-line')) {
+          // The frame the line is painted in.
+          const seen = performance.now();
+          requestAnimationFrame(() => resolve({ seen, painted: performance.now(), clicked }));
+          observer.disconnect();
+        }
+      });
+      observer.observe(cell, { childList: true, subtree: true });
+    });
+  });
+  await button.click();
+  const { painted, clicked } = await page.evaluate(() => window.__firstLine);
+  await page.waitForSelector(
+    '.jp-Cell.jp-mod-active [data-test-id="distrun-job-status"][data-state="succeeded"]',
+    { timeout: 60_000 }
+  );
+  return painted - clicked;
+}
+
+function startFrames() {
+  window.__frames = [];
+  window.__recording = true;
+  let last = performance.now();
+  const tick = now => {
+    window.__frames.push(now - last);
+    last = now;
+    if (window.__recording) {
+      requestAnimationFrame(tick);
+    }
+  };
+  requestAnimationFrame(tick);
+}
+
+function stopFrames() {
+  window.__recording = false;
+  return window.__frames;
+}
+
+function frameFigures(frames) {
+  const sorted = [...frames].sort((a, b) => a - b);
+  return {
+    frames: frames.length,
+    p50: percentile(sorted, 50),
+    p95: percentile(sorted, 95),
+    max: sorted[sorted.length - 1] ?? NaN,
+    long: frames.filter(f => f > 50).length
+  };
+}
+
+/** Runs the active cell with `run` and records frames until done + settle (or the window ends). */
+async function floodFrames(page, source, run, done) {
+  await setCell(page, source);
+  await page.evaluate(() => (window.__distrunLines = 0));
+  await page.evaluate(startFrames);
+  const started = Date.now();
+  await run();
+  const limit = RUN_LIMIT_SECONDS * 1000;
+  let finished = false;
+  try {
+    await page.waitForFunction(done, null, { timeout: limit, polling: 250 });
+    finished = true;
+  } catch {
+    // reported below
+  }
+  const runSeconds = (Date.now() - started) / 1000;
+  await page.waitForTimeout(SETTLE_SECONDS * 1000);
+  const frames = await Promise.race([
+    page.evaluate(stopFrames),
+    new Promise(resolve => setTimeout(() => resolve(null), 30_000))
+  ]);
+  const received = await page.evaluate(() => window.__distrunLines).catch(() => NaN);
+  return { frames, finished, runSeconds, received };
+}
+
+function report(label, result) {
+  if (!result.frames) {
+    console.log(`${label}: the page did not answer within 30 s after the run (frozen)`);
+    return;
+  }
+  const f = frameFigures(result.frames);
+  console.log(
+    `${label.padEnd(34)} p50 ${ms(f.p50).padStart(9)}  p95 ${ms(f.p95).padStart(9)}  ` +
+      `max ${ms(f.max).padStart(10)}  frames>50ms ${String(f.long).padStart(4)} / ${f.frames}  ` +
+      `run ${result.runSeconds.toFixed(1)} s${result.finished ? '' : ' (not finished)'}`
+  );
+}
+
+async function main() {
+  const lab = await startLab();
+  const browser = await chromium.launch({
+    executablePath: opts.chromium,
+    args: ['--no-sandbox', '--headless', '--disable-gpu', '--no-first-run', '--disable-sync']
+  });
+  try {
+    const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+    await context.addInitScript(countStreamLines);
+    const page = await context.newPage();
+    await newNotebook(page);
+
+    console.log(`Chromium ${browser.version()}, ${RUNS} runs, ${RATE} lines/s for ${SECONDS} s`);
+    const latencies = [];
+    for (let i = 0; i < RUNS; i++) {
+      latencies.push(await clickToFirstLine(page));
+    }
+    const sorted = [...latencies].sort((a, b) => a - b);
+    console.log(
+      `click on Run distributed -> first log line painted: median ${ms(median(latencies))}, ` +
+        `min ${ms(sorted[0])}, max ${ms(sorted[sorted.length - 1])} (${RUNS} runs)`
+    );
+
+    const distrun = await floodFrames(
+      page,
+      FLOOD_CELL,
+      () => page.locator('.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]').click(),
+      () =>
+        !!document.querySelector(
+          '.jp-Cell.jp-mod-active [data-test-id="distrun-job"][data-ended="true"]'
+        )
+    );
+    const idle = await floodFrames(
+      page,
+      'pass',
+      async () => undefined,
+      () => true
+    );
+
+    // Plain JupyterLab last, in a fresh page: its output may leave the tab unusable.
+    const plainPage = await context.newPage();
+    await newNotebook(plainPage);
+    // `notebook:run-cell` resolves when the kernel has finished the cell.
+    const plain = await floodFrames(
+      plainPage,
+      PLAIN_CELL,
+      () =>
+        Promise.race([
+          plainPage.evaluate(() => window.jupyterapp.commands.execute('notebook:run-cell')),
+          new Promise(resolve => setTimeout(resolve, RUN_LIMIT_SECONDS * 1000))
+        ]),
+      () => true
+    );
+
+    console.log(`\nframe times (requestAnimationFrame deltas, ${SETTLE_SECONDS} s settle included):`);
+    report('idle notebook (floor)', idle);
+    report('distrun job output, 1 replica', distrun);
+    console.log(
+      `  lines received on the websocket: ${distrun.received} of ${RATE * SECONDS}` +
+        ` (${(distrun.received / distrun.runSeconds).toFixed(0)} lines/s over the run)`
+    );
+    report('plain JupyterLab print() output', plain);
+    await plainPage.close().catch(() => undefined);
+  } finally {
+    await browser.close();
+    process.kill(-lab.pid, 'SIGTERM');
+  }
+}
+
+main().catch(error => {
+  console.error(error);
+  process.exit(1);
+});
