@@ -25,7 +25,9 @@ const MARGIN = { top: 12, right: 16, bottom: 34, left: 60 };
 const SVG_NS = 'http://www.w3.org/2000/svg';
 
 /** The smallest and largest value over all the arrays, or null when they are all empty. */
-export function extentOf(arrays: ReadonlyArray<readonly number[]>): IExtent | null {
+export function extentOf(
+  arrays: ReadonlyArray<readonly number[]>
+): IExtent | null {
   let min = Infinity;
   let max = -Infinity;
   for (const values of arrays) {
@@ -94,7 +96,9 @@ export function linearScale(
 ): (value: number) => number {
   const span = domain.max - domain.min;
   return value =>
-    span === 0 ? (from + to) / 2 : from + ((value - domain.min) / span) * (to - from);
+    span === 0
+      ? (from + to) / 2
+      : from + ((value - domain.min) / span) * (to - from);
 }
 
 /** The `points` attribute of a polyline through the series, in pixels. */
@@ -144,25 +148,64 @@ export function renderChart(
   const y = linearScale(yDomain, bottom, top);
 
   const grid = element('g', { class: 'jp-distrun-Chart-grid' });
-  const yTicks = niceTicks(yDomain.min, yDomain.max, Math.max(2, Math.floor((bottom - top) / 40)));
+  const yTicks = niceTicks(
+    yDomain.min,
+    yDomain.max,
+    Math.max(2, Math.floor((bottom - top) / 40))
+  );
   const yStep = yTicks.length > 1 ? yTicks[1] - yTicks[0] : 1;
   for (const tick of yTicks) {
     const py = y(tick).toFixed(1);
     grid.append(element('line', { x1: left, x2: right, y1: py, y2: py }));
     grid.append(
-      text(formatTick(tick, yStep), { x: left - 6, y: py, 'text-anchor': 'end', dy: '0.32em' })
+      text(formatTick(tick, yStep), {
+        x: left - 6,
+        y: py,
+        'text-anchor': 'end',
+        dy: '0.32em'
+      })
     );
   }
-  const xTicks = niceTicks(xDomain.min, xDomain.max, Math.max(2, Math.floor((right - left) / 80)));
+  const xTicks = niceTicks(
+    xDomain.min,
+    xDomain.max,
+    Math.max(2, Math.floor((right - left) / 80))
+  );
   const xStep = xTicks.length > 1 ? xTicks[1] - xTicks[0] : 1;
   for (const tick of xTicks) {
     grid.append(
-      text(formatTick(tick, xStep), { x: x(tick).toFixed(1), y: bottom + 14, 'text-anchor': 'middle' })
+      text(formatTick(tick, xStep), {
+        x: x(tick).toFixed(1),
+        y: bottom + 14,
+        'text-anchor': 'middle'
+      })
     );
   }
-  grid.append(element('line', { class: 'jp-distrun-Chart-axis', x1: left, x2: right, y1: bottom, y2: bottom }));
-  grid.append(element('line', { class: 'jp-distrun-Chart-axis', x1: left, x2: left, y1: top, y2: bottom }));
-  grid.append(text(options.xLabel, { x: (left + right) / 2, y: height - 4, 'text-anchor': 'middle' }));
+  grid.append(
+    element('line', {
+      class: 'jp-distrun-Chart-axis',
+      x1: left,
+      x2: right,
+      y1: bottom,
+      y2: bottom
+    })
+  );
+  grid.append(
+    element('line', {
+      class: 'jp-distrun-Chart-axis',
+      x1: left,
+      x2: left,
+      y1: top,
+      y2: bottom
+    })
+  );
+  grid.append(
+    text(options.xLabel, {
+      x: (left + right) / 2,
+      y: height - 4,
+      'text-anchor': 'middle'
+    })
+  );
   grid.append(
     text(options.yLabel, {
       x: 12,
@@ -215,7 +258,10 @@ function element(
   return node;
 }
 
-function text(content: string, attributes: Record<string, string | number>): SVGElement {
+function text(
+  content: string,
+  attributes: Record<string, string | number>
+): SVGElement {
   const node = element('text', attributes);
   node.textContent = content;
   return node;

@@ -36,6 +36,7 @@ import { distrunIcon } from './icons';
 // eslint-disable-next-line jupyter/prefer-lazy-imports
 import { JobListPanel } from './sidebar';
 import { CommandIDs, PLUGIN_ID, TRANSLATION_DOMAIN } from './tokens';
+import { logViewerPlugin } from './viewerplugin';
 
 const LAST_CHOICE_KEY = `${PLUGIN_ID}:last-choice`;
 
@@ -252,4 +253,4 @@ function addCommands(
   );
 }
 
-export default plugin;
+export default [plugin, logViewerPlugin];

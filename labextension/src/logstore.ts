@@ -87,9 +87,13 @@ export class LogStore {
     return drop;
   }
 
-  /** Counts lines that never reached the store (the pending buffer overflowed). */
+  /**
+   * Records that `count` lines after the held ones never reached the store (the pending
+   * buffer overflowed). The held lines are dropped too: numbers must stay gap-free.
+   */
   skip(count: number): void {
-    this._dropped += count;
+    this._dropped += this._texts.length + count;
+    this._texts = [];
   }
 
   text(line: number): string {
@@ -244,6 +248,9 @@ export class LogView {
     if (this._matches.length === 0) {
       return -1;
     }
+    if (row >= this.rows) {
+      return 0;
+    }
     const index = lowerBound(this._matches, this.lineAt(row));
     return index < this._matches.length ? index : 0;
   }
@@ -252,6 +259,9 @@ export class LogView {
   previousMatch(row: number): number {
     if (this._matches.length === 0) {
       return -1;
+    }
+    if (row >= this.rows) {
+      return this._matches.length - 1;
     }
     const index = lowerBound(this._matches, this.lineAt(row)) - 1;
     return index >= 0 ? index : this._matches.length - 1;
@@ -331,7 +341,10 @@ export class LogView {
       if (this._filtered) {
         this._lines.push(line);
       }
-      if (this._needle && store.text(line).toLowerCase().includes(this._needle)) {
+      if (
+        this._needle &&
+        store.text(line).toLowerCase().includes(this._needle)
+      ) {
         this._matches.push(line);
       }
     }

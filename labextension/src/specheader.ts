@@ -47,7 +47,10 @@ export function cellFromSpec(spec: IJobSpec): IEditableCell {
     if (value === undefined || value === null || value === fallback) {
       continue;
     }
-    const text = field === 'clean_pod_policy' ? String(value).toLowerCase() : String(value);
+    const text =
+      field === 'clean_pod_policy'
+        ? String(value).toLowerCase()
+        : String(value);
     lines.push(`%${key}=${text}`);
   }
   const env = (spec.env ?? {}) as Record<string, string>;

@@ -140,7 +140,6 @@ export class VirtualList extends Widget {
     }
     const probe = document.createElement('div');
     probe.className = 'jp-distrun-VirtualList-row';
-    probe.textContent = 'X';
     this._rows.append(probe);
     const height = probe.getBoundingClientRect().height;
     probe.remove();

@@ -58,12 +58,15 @@ describe('LogStore', () => {
     expect(store.replicaOf(8)).toBe(0);
   });
 
-  it('counts skipped lines as dropped', () => {
+  it('drops the held lines with the skipped ones, so numbers stay gap-free', () => {
     const store = new LogStore();
+    store.append(lines('w', ['a', 'b']));
     store.skip(5);
-    store.append(lines('w', ['x']));
-    expect(store.first).toBe(5);
-    expect(store.text(5)).toBe('x');
+    expect(store.size).toBe(0);
+    store.append(lines('w', ['x'], 7));
+    expect(store.first).toBe(7);
+    expect(store.text(7)).toBe('x');
+    expect(store.replicaOf(7)).toBe(0);
   });
 
   it('refuses a tiny capacity', () => {
@@ -119,6 +122,8 @@ describe('LogView', () => {
     expect(view.nextMatch(3)).toBe(2);
     expect(view.previousMatch(0)).toBe(2);
     expect(view.previousMatch(2)).toBe(0);
+    expect(view.nextMatch(view.rows)).toBe(0);
+    expect(view.previousMatch(view.rows)).toBe(2);
     view.setHidden('b', true);
     expect(view.matchCount).toBe(2);
     expect(view.matchRow(1)).toBe(1);

@@ -58,16 +58,12 @@ describe('parseMetrics reads the formats training code prints', () => {
       ]
     });
     expect(
-      metricsOf(
-        'Test set: Average loss: 0.0326, Accuracy: 9890/10000 (99%)'
-      )
+      metricsOf('Test set: Average loss: 0.0326, Accuracy: 9890/10000 (99%)')
     ).toEqual({ loss: 0.0326 });
   });
 
   it('reads the pytorch-tutorial bracketed progress', () => {
-    expect(
-      parseMetrics('Epoch [1/5], Step [100/600], Loss: 0.2305')
-    ).toEqual({
+    expect(parseMetrics('Epoch [1/5], Step [100/600], Loss: 0.2305')).toEqual({
       step: 100,
       metrics: [
         ['epoch', 1],
@@ -110,9 +106,9 @@ describe('parseMetrics reads the formats training code prints', () => {
   });
 
   it('reads a tensor repr', () => {
-    expect(
-      metricsOf("step 5 loss=tensor(0.3100, device='cuda:0')")
-    ).toEqual({ loss: 0.31 });
+    expect(metricsOf("step 5 loss=tensor(0.3100, device='cuda:0')")).toEqual({
+      loss: 0.31
+    });
   });
 
   it('takes the step from step, global_step, iter and iteration', () => {
@@ -142,12 +138,21 @@ describe('parseMetrics is not fooled', () => {
     ['a pinned version', 'jax==0.4.20'],
     ['a version after a colon', 'release: 1.2.3'],
     ['a file and line', 'train.py:45: UserWarning: something'],
-    ['a traceback line', 'File "/usr/lib/python3.11/site.py", line 12, in <module>'],
-    ['a checkpoint path', 'saved /ckpt/epoch_3.pt and /ckpt/model-epoch=4.ckpt'],
+    [
+      'a traceback line',
+      'File "/usr/lib/python3.11/site.py", line 12, in <module>'
+    ],
+    [
+      'a checkpoint path',
+      'saved /ckpt/epoch_3.pt and /ckpt/model-epoch=4.ckpt'
+    ],
     ['a file name with a metric-looking stem', 'wrote model_epoch=3.ckpt'],
     ['a date', 'date: 2024-01-05'],
     ['a duration with a unit', 'step_time: 3ms'],
-    ['environment variables', 'MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 WORLD_SIZE=3'],
+    [
+      'environment variables',
+      'MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 WORLD_SIZE=3'
+    ],
     ['identity keys', 'rank=0 local_rank=0 world_size=2 pid=4242'],
     ['words followed by counts', 'worker 0 started with 8 threads'],
     ['a count of a total', 'Accuracy: 9890/10000'],

@@ -32,8 +32,12 @@ describe('cellFromSpec', () => {
   });
 
   it('drops the blank lines the server left where the old header was', () => {
-    const { cell } = cellFromSpec(spec({ code: '\n\n\nimport os\n\nprint(2)\n' }));
-    expect(cell).toBe('%framework=pytorch\n%master=1\n%worker=2\nimport os\n\nprint(2)\n');
+    const { cell } = cellFromSpec(
+      spec({ code: '\n\n\nimport os\n\nprint(2)\n' })
+    );
+    expect(cell).toBe(
+      '%framework=pytorch\n%master=1\n%worker=2\nimport os\n\nprint(2)\n'
+    );
   });
 
   it('writes every setting that differs from its default with the header keys', () => {
@@ -44,8 +48,14 @@ describe('cellFromSpec', () => {
         namespace: 'team-a',
         image: 'python:3.11',
         roles: {
-          master: { replicas: 1, resources: { cpu: '2', memory: '4Gi', gpu: 1 } },
-          worker: { replicas: 3, resources: { cpu: null, memory: '2Gi', gpu: 0 } }
+          master: {
+            replicas: 1,
+            resources: { cpu: '2', memory: '4Gi', gpu: 1 }
+          },
+          worker: {
+            replicas: 3,
+            resources: { cpu: null, memory: '2Gi', gpu: 0 }
+          }
         },
         restart_policy: 'OnFailure',
         backoff_limit: 2,
@@ -84,7 +94,10 @@ describe('cellFromSpec', () => {
     const result = cellFromSpec(
       spec({ env: { PAD: ' x ', OK: 'y', NL: 'a\nb' }, files })
     );
-    expect(result.overrides).toEqual({ env: { PAD: ' x ', NL: 'a\nb' }, files });
+    expect(result.overrides).toEqual({
+      env: { PAD: ' x ', NL: 'a\nb' },
+      files
+    });
     expect(result.cell).toContain('%env=OK=y\n');
     expect(result.cell).not.toContain('PAD');
   });

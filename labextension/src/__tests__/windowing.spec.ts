@@ -55,9 +55,7 @@ describe('windowAt', () => {
     const viewport = 500;
     const range = MAX_SPACER_HEIGHT - viewport;
     expect(rowAtScroll(0, viewport, rows, ROW)).toBe(0);
-    expect(rowAtScroll(range, viewport, rows, ROW)).toBe(
-      rows - viewport / ROW
-    );
+    expect(rowAtScroll(range, viewport, rows, ROW)).toBe(rows - viewport / ROW);
     expect(rowAtScroll(range / 2, viewport, rows, ROW)).toBeCloseTo(
       (rows - viewport / ROW) / 2
     );
