@@ -15,7 +15,7 @@ import {
   TranslationBundle
 } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
-import { BoxPanel, StackedPanel, Widget } from '@lumino/widgets';
+import { Panel, Widget } from '@lumino/widgets';
 
 import { replicaColorIndex, replicaPrefix } from './colors';
 import { formatStatus } from './format';
@@ -48,9 +48,9 @@ export interface ILogViewerOptions {
   capacity?: number;
 }
 
-export class LogViewer extends BoxPanel {
+export class LogViewer extends Panel {
   constructor(options: ILogViewerOptions) {
-    super({ direction: 'top-to-bottom', spacing: 0 });
+    super();
     this.jobId = options.jobId;
     this._commands = options.commands;
     this._trans = (options.translator ?? nullTranslator).load(
@@ -248,14 +248,12 @@ export class LogViewer extends BoxPanel {
     );
     this._logsPane.addWidget(toolbar);
     this._logsPane.addWidget(this._list);
-    BoxPanel.setStretch(toolbar, 0);
-    BoxPanel.setStretch(this._list, 1);
 
     this._specPane.addClass('jp-distrun-LogViewer-spec');
     this._specText.dataset.testId = 'distrun-viewer-spec';
     this._specPane.node.append(this._specText);
 
-    const body = new StackedPanel();
+    const body = new Panel();
     body.addClass('jp-distrun-LogViewer-body');
     body.addWidget(this._logsPane);
     body.addWidget(this._metrics);
@@ -263,8 +261,6 @@ export class LogViewer extends BoxPanel {
 
     this.addWidget(header);
     this.addWidget(body);
-    BoxPanel.setStretch(header, 0);
-    BoxPanel.setStretch(body, 1);
     this.showTab('logs');
   }
 
@@ -648,10 +644,7 @@ export class LogViewer extends BoxPanel {
   private readonly _list: VirtualList;
   private readonly _metrics: MetricsPanel;
   private readonly _stream: JobStream;
-  private readonly _logsPane = new BoxPanel({
-    direction: 'top-to-bottom',
-    spacing: 0
-  });
+  private readonly _logsPane = new Panel();
   private readonly _specPane = new Widget();
   private readonly _specText = document.createElement('pre');
   private readonly _status = document.createElement('span');

@@ -29,6 +29,14 @@ const SCALARS: ReadonlyArray<[field: string, key: string, fallback: unknown]> =
 
 const RESOURCES = ['cpu', 'memory', 'gpu'] as const;
 
+/** Roles in the order the frameworks list them (distrun.frameworks), leaders first. */
+const ROLE_ORDER = ['master', 'chief', 'launcher', 'ps', 'worker', 'evaluator'];
+
+function roleRank(role: string): number {
+  const rank = ROLE_ORDER.indexOf(role);
+  return rank < 0 ? ROLE_ORDER.length : rank;
+}
+
 export interface IEditableCell {
   cell: string;
   overrides: Partial<IJobSpec>;
@@ -77,7 +85,10 @@ export function cellFromSpec(spec: IJobSpec): IEditableCell {
 }
 
 function roleLines(roles: IJobSpec['roles']): string[] {
-  return Object.entries(roles ?? {}).map(([role, spec]) => {
+  const ordered = Object.entries(roles ?? {}).sort(
+    ([a], [b]) => roleRank(a) - roleRank(b)
+  );
+  return ordered.map(([role, spec]) => {
     const segments = [`%${role}=${spec.replicas}`];
     for (const resource of RESOURCES) {
       const value = spec.resources?.[resource];

@@ -31,6 +31,22 @@ describe('cellFromSpec', () => {
     });
   });
 
+  it('writes the roles leaders first, whatever order the JSON has', () => {
+    const { cell } = cellFromSpec(
+      spec({
+        framework: 'tensorflow',
+        roles: {
+          worker: { replicas: 2 },
+          ps: { replicas: 1 },
+          chief: { replicas: 1 }
+        }
+      })
+    );
+    expect(cell).toBe(
+      '%framework=tensorflow\n%chief=1\n%ps=1\n%worker=2\nprint(1)\n'
+    );
+  });
+
   it('drops the blank lines the server left where the old header was', () => {
     const { cell } = cellFromSpec(
       spec({ code: '\n\n\nimport os\n\nprint(2)\n' })
