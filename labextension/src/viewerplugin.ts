@@ -98,6 +98,7 @@ function addCommands(
       translator
     });
     const widget = new MainAreaWidget({ content });
+    widget.toolbar.hide(); // the viewer has its own bars
     widget.id = content.id;
     widget.title.label = content.title.label;
     widget.title.caption = content.title.caption;

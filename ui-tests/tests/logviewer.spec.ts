@@ -87,7 +87,10 @@ test.describe('Log viewer', () => {
         output.locator('[data-test-id="distrun-job-log"]')
       ).toContainText(`${replica.padEnd(8)} | step 19`);
     }
+    // Tall enough for the whole cell: an element screenshot is cut at the viewport.
+    await page.setViewportSize({ width: 1280, height: 1100 });
     await cell.screenshot({ path: path.join(SCREENSHOTS, 'cell-output.png') });
+    await page.setViewportSize({ width: 1280, height: 800 });
 
     // The sidebar lists it; selecting it opens the viewer.
     await page.locator('.jp-SideBar [data-id="distrun-jobs"]').click();
@@ -134,15 +137,20 @@ test.describe('Log viewer', () => {
     await chip('worker-1').check();
     await expect(log).toHaveAttribute('data-rows', String(LINES));
 
+    // Jump to the first error.
+    await byTestId(view, 'distrun-viewer-first-error').click();
+    await expect(
+      log.locator('.jp-distrun-VirtualList-row.jp-mod-marked')
+    ).toContainText('worker-1 | ValueError: skipped a corrupt batch');
     // Search: one match per replica, highlighted, Enter moves to the next.
     const search = byTestId(view, 'distrun-viewer-search');
-    await search.fill('step 3 loss');
+    await search.fill('step 10 loss');
     const count = byTestId(view, 'distrun-viewer-search-count');
     await expect(count).toHaveAttribute('data-count', '3');
     await expect(count).toHaveText('1 of 3');
     await expect(
       log.locator('.jp-mod-current mark.jp-distrun-match')
-    ).toHaveText('step 3 loss');
+    ).toHaveText('step 10 loss');
     await search.press('Enter');
     await expect(count).toHaveText('2 of 3');
     await expect(byTestId(view, 'distrun-viewer-follow')).toHaveAttribute(
@@ -150,11 +158,6 @@ test.describe('Log viewer', () => {
       'false'
     );
 
-    // Jump to the first error.
-    await byTestId(view, 'distrun-viewer-first-error').click();
-    await expect(
-      log.locator('.jp-distrun-VirtualList-row.jp-mod-marked')
-    ).toContainText('worker-1 | ValueError: skipped a corrupt batch');
     await page.screenshot({ path: path.join(SCREENSHOTS, 'log-viewer.png') });
 
     // The chart plots loss for every replica.
