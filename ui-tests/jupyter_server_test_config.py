@@ -20,6 +20,8 @@ c.ServerApp.ip = "127.0.0.1"  # noqa: F821
 c.ServerApp.allow_root = True  # noqa: F821
 c.IdentityProvider.token = os.environ.get("DISTRUN_UI_TOKEN", "distrun-ui-tests")  # noqa: F821
 c.ServerApp.disable_check_xsrf = False  # noqa: F821
+# This server's own jobs and logs: tests and screenshots never see another server's jobs.
+c.DistrunApp.state_dir = tempfile.mkdtemp(prefix="distrun-ui-state-")  # noqa: F821
 
 
 def _installed(name: str) -> bool:

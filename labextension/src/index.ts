@@ -44,6 +44,7 @@ import { distrunIcon } from './icons';
 // eslint-disable-next-line jupyter/prefer-lazy-imports
 import { JobListPanel } from './sidebar';
 import { CommandIDs, PLUGIN_ID, TRANSLATION_DOMAIN } from './tokens';
+import { logViewerPlugin } from './viewerplugin';
 
 const LAST_CHOICE_KEY = `${PLUGIN_ID}:last-choice`;
 
@@ -286,6 +287,7 @@ function addCommands(
   );
 }
 
+<<<<<<< HEAD
 /** The active notebook and its active code cell's source (null when it is not a code cell). */
 function activeCellSource(
   tracker: INotebookTracker
@@ -347,3 +349,6 @@ function cancelJobsOnInterrupt(
 }
 
 export default plugin;
+=======
+export default [plugin, logViewerPlugin];
+>>>>>>> ui-viewer

@@ -149,6 +149,7 @@ export class JobListPanel extends Widget {
       .join(' · ');
 
     card.append(top, meta);
+    this._openOnSelect(card, job);
     // A failed job says why; so does a pending one the engine reports stuck.
     if (job.state === 'failed' || (job.state === 'pending' && job.reason)) {
       const reason = document.createElement('div');
@@ -159,6 +160,20 @@ export class JobListPanel extends Widget {
       card.append(reason);
     }
     return card;
+  }
+
+  /** Clicking a card (not its buttons) or pressing Enter on it opens the job's logs. */
+  private _openOnSelect(card: HTMLElement, job: IJob): void {
+    const args = { id: job.id };
+    card.tabIndex = 0;
+    card.title = this._commands.caption(CommandIDs.openLogs, args);
+    const open = (event: Event) => {
+      if (!(event.target as HTMLElement).closest('button')) {
+        void this._commands.execute(CommandIDs.openLogs, args);
+      }
+    };
+    card.onclick = open;
+    card.onkeydown = event => event.key === 'Enter' && open(event);
   }
 
   private _actions(job: IJob): HTMLElement {

@@ -12,6 +12,12 @@ export namespace CommandIDs {
   export const cancelJob = 'distrun:cancel-job';
   export const deleteJob = 'distrun:delete-job';
   export const refreshJobs = 'distrun:refresh-jobs';
+  export const openLogs = 'distrun:open-logs';
+  export const rerunJob = 'distrun:rerun-job';
+  export const editRerunJob = 'distrun:edit-rerun-job';
+  export const downloadLogs = 'distrun:download-logs';
+  export const logsFirstError = 'distrun:logs-first-error';
+  export const logsToggleFollow = 'distrun:logs-toggle-follow';
 }
 
 /** The gettext domain of every UI string. */
