@@ -287,7 +287,6 @@ function addCommands(
   );
 }
 
-<<<<<<< HEAD
 /** The active notebook and its active code cell's source (null when it is not a code cell). */
 function activeCellSource(
   tracker: INotebookTracker
@@ -348,7 +347,4 @@ function cancelJobsOnInterrupt(
   });
 }
 
-export default plugin;
-=======
 export default [plugin, logViewerPlugin];
->>>>>>> ui-viewer
