@@ -18,15 +18,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import jobids
 from ..entrypoint import code_file
 from ..errors import EngineError, LimitExceeded, NotFound, SpecError
-from ..logstore import LogReader, LogTail, log_path
+from ..logstore import LogReader, LogTail, TailPosition, log_path
 from ..spec import JobSpec, Limits, check_relative_path
 from ..supervisor import (
     JobFiles,
@@ -55,6 +56,8 @@ _LAUNCH_WINDOW_SECONDS = 30.0
 _FAST_POLL = 0.005
 _SLOW_POLL = 0.05
 _LOST_CHECK_SECONDS = 1.0
+# Shared batches a job's watcher keeps for followers a little behind the head (bounded memory).
+_SHARED_BATCHES = 4
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 # Runs the supervisor with this copy of distrun importable, whether or not it is installed.
 _LAUNCHER = (
@@ -147,29 +150,26 @@ class LocalEngine:
         files = self._files(job_id)
         readers = [LogReader(files.logs, name) for name in names]
         starts = _start_seqs(names, since)
-        tails = [reader.tail(starts[reader.replica]) for reader in readers]
         watcher = self._watch(job_id, job)
-        read: asyncio.Task[list[LogLine]] | None = None
+        follower = _Follower(watcher, readers, starts, max_batch)
         try:
             sent = job
             yield JobUpdate(job)
             while True:
                 version = watcher.version
-                if watcher.job != sent:
+                if watcher.job is not sent:
                     sent = watcher.job
                     yield JobUpdate(sent)
-                settled = watcher.settled  # read before the logs: then empty means the end
-                read = asyncio.create_task(asyncio.to_thread(_read_batch, tails, max_batch))
-                lines = await asyncio.shield(read)  # cancelled here, the read runs on
-                if lines:
-                    yield LogBatch(lines)
+                batch, settled = await follower.next_batch()
+                if batch.lines:
+                    yield batch
                 elif settled:
                     return
                 else:
                     await watcher.wait_for_change(version)
         finally:
             self._unwatch(job_id)
-            _close_after(read, readers)
+            _close_after(follower.reading, readers)
 
     async def close(self) -> None:
         for watcher in self._watchers.values():
@@ -390,6 +390,14 @@ class _JobWatcher:
         self._log_paths = [str(log_path(self._files.logs, r.name)) for r in job.replicas]
         self._changed = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._poll())
+        # Shared reading: followers of every replica at the same cursor take the same batch.
+        self.names = [replica.name for replica in job.replicas]
+        self.head: tuple[int, ...] | None = None  # the cursor after the newest shared batch
+        self.max_batch = 0
+        self.recent: deque[_SharedBatch] = deque(maxlen=_SHARED_BATCHES)
+        self._readers = [LogReader(self._files.logs, name) for name in self.names]
+        self._tails: list[LogTail] = []
+        self._reading: asyncio.Task[_SharedBatch] | None = None
 
     async def wait_for_change(self, version: int) -> None:
         while self.version == version and not self.settled:
@@ -404,6 +412,41 @@ class _JobWatcher:
         self.stopped = True
         self._task.cancel()
         self._notify()  # wake the followers: nothing will wake them any more
+        _close_after(self._reading, self._readers)
+
+    def shares_with(self, names: list[str], max_batch: int) -> bool:
+        return not self.stopped and names == self.names and self.max_batch in (0, max_batch)
+
+    def shared_from(self, cursor: tuple[int, ...]) -> "_SharedBatch | None":
+        for shared in reversed(self.recent):
+            if shared.starts == cursor:
+                return shared
+        return None
+
+    async def read_shared(self, positions: list[TailPosition], max_batch: int) -> "_SharedBatch":
+        """The batch after the head, read once for every follower there. The first follower
+        sets the head where it stands; callers must be at the head."""
+        if self.head is None:
+            self._tails = [r.tail_at(p) for r, p in zip(self._readers, positions, strict=True)]
+            self.head = tuple(position.next_seq for position in positions)
+            self.max_batch = max_batch
+        if self._reading is None:
+            self._reading = asyncio.get_running_loop().create_task(self._read_shared())
+        return await asyncio.shield(self._reading)  # cancelled here, the read runs on
+
+    async def _read_shared(self) -> "_SharedBatch":
+        assert self.head is not None
+        try:
+            settled = self.settled  # read before the logs: then empty means the end
+            lines = await asyncio.to_thread(_read_batch, self._tails, self.max_batch)
+            ends = tuple(tail.position for tail in self._tails)
+            shared = _SharedBatch(self.head, LogBatch(lines), ends, settled)
+            self.head = tuple(position.next_seq for position in ends)
+            if lines:
+                self.recent.append(shared)
+            return shared
+        finally:
+            self._reading = None
 
     async def _poll(self) -> None:
         interval = _FAST_POLL
@@ -453,7 +496,60 @@ def _fingerprint(path: str) -> object:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _close_after(read: "asyncio.Task[list[LogLine]] | None", readers: list[LogReader]) -> None:
+@dataclass(frozen=True)
+class _SharedBatch:
+    starts: tuple[int, ...]  # each replica's next seq before the batch (the watcher's order)
+    batch: LogBatch
+    ends: tuple[TailPosition, ...]  # each replica's position after it
+    settled: bool  # the job was settled before the read: an empty batch means the end
+
+
+class _Follower:
+    """One reader of a job's logs. At the watcher's head it takes the batch the watcher reads
+    once for all followers there (so they share reading, parsing and, in the websocket, the
+    encoding of the very same batch object); behind the head it catches up with reads of its
+    own that stop at the head; anywhere else (a subset of replicas, a cursor ahead of the
+    head) it reads on its own."""
+
+    def __init__(
+        self,
+        watcher: "_JobWatcher",
+        readers: list[LogReader],
+        starts: dict[str, int],
+        max_batch: int,
+    ) -> None:
+        self.watcher = watcher
+        self.readers = readers
+        self.tails = [reader.tail(starts[reader.replica]) for reader in readers]
+        self.max_batch = max_batch
+        self.reading: asyncio.Task[list[LogLine]] | None = None
+        self._shares = watcher.shares_with([r.replica for r in readers], max_batch)
+
+    async def next_batch(self) -> tuple[LogBatch, bool]:
+        """New lines (maybe none), and whether the job was settled before they were read."""
+        watcher = self.watcher
+        if self._shares and watcher.shares_with(watcher.names, self.max_batch):
+            cursor = tuple(tail.next_seq for tail in self.tails)
+            shared = watcher.shared_from(cursor)
+            if shared is None and watcher.head in (None, cursor):
+                shared = await watcher.read_shared([t.position for t in self.tails], self.max_batch)
+            if shared is not None:
+                self.tails = [r.tail_at(p) for r, p in zip(self.readers, shared.ends, strict=True)]
+                return shared.batch, shared.settled
+            if watcher.head is not None and all(map(int.__le__, cursor, watcher.head)):
+                limits = [head - seq for head, seq in zip(watcher.head, cursor, strict=True)]
+                return LogBatch(await self._read_own(limits)), False
+        settled = watcher.settled  # read before the logs: then empty means the end
+        return LogBatch(await self._read_own(None)), settled
+
+    async def _read_own(self, limits: list[int] | None) -> list[LogLine]:
+        self.reading = asyncio.create_task(
+            asyncio.to_thread(_read_batch, self.tails, self.max_batch, limits)
+        )
+        return await asyncio.shield(self.reading)  # cancelled here, the read runs on
+
+
+def _close_after(read: "asyncio.Task[Any] | None", readers: list[LogReader]) -> None:
     """Closes the readers, but only once a read still running in its thread (its follower was
     cancelled mid-read) is over: closed under it, the read would reopen a log and leak it."""
 
@@ -469,12 +565,17 @@ def _close_after(read: "asyncio.Task[list[LogLine]] | None", readers: list[LogRe
         read.add_done_callback(close)
 
 
-def _read_batch(tails: list[LogTail], max_batch: int) -> list[LogLine]:
-    """Up to about `max_batch` new lines, shared fairly among replicas, in capture order."""
+def _read_batch(
+    tails: list[LogTail], max_batch: int, limits: list[int] | None = None
+) -> list[LogLine]:
+    """Up to about `max_batch` new lines, shared fairly among replicas, in capture order;
+    at most `limits[i]` from `tails[i]` when given."""
     quota = max(1, max_batch // len(tails)) if tails else 0
     lines: list[LogLine] = []
-    for tail in tails:
-        lines += tail.read(quota)
+    for index, tail in enumerate(tails):
+        wanted = quota if limits is None else min(quota, limits[index])
+        if wanted > 0:
+            lines += tail.read(wanted)
     lines.sort(key=lambda line: line.time)  # stable: each replica keeps its seq order
     return lines
 
