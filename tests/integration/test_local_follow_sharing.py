@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from distrun import inotify
 from distrun.engines.base import Job, LogBatch
 from distrun.engines.local import LocalEngine
 from tests.reliability.helpers import spec
@@ -128,3 +129,33 @@ async def test_followers_of_a_subset_or_ahead_of_the_head_read_on_their_own_with
         "worker-1": list(range(250, LINES)),
     }
     assert not shared(one_replica.batches, everything.batches)
+
+
+async def test_following_without_inotify_polls_and_still_gets_every_line(
+    make_local_engine: Callable[..., LocalEngine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inotify.Inotify, "create", classmethod(lambda cls: None))
+    engine = make_local_engine()
+    job = await engine.submit(spec(SLOW_CODE, replicas=2), "alice")
+    first, second = Collector(), Collector()
+    await asyncio.wait_for(
+        asyncio.gather(collect(engine, job, first), collect(engine, job, second)), WAIT
+    )
+    assert every_line_once(first) and every_line_once(second)
+    assert engine._inotify_instance is None and engine._watchers == {}
+
+
+async def test_the_last_follower_leaving_removes_every_inotify_watch(
+    local_engine: LocalEngine,
+) -> None:
+    jobs = [await local_engine.submit(spec(SLOW_CODE, replicas=2), "alice") for _ in range(3)]
+    collectors = [Collector() for _ in jobs]
+    await asyncio.wait_for(
+        asyncio.gather(
+            *(collect(local_engine, j, c) for j, c in zip(jobs, collectors, strict=True))
+        ),
+        WAIT,
+    )
+    assert all(every_line_once(collector) for collector in collectors)
+    assert local_engine._inotify_instance is not None  # Linux: watched, not polled
+    assert local_engine._inotify_handlers == {} and local_engine._watchers == {}

@@ -19,12 +19,12 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import jobids
+from .. import inotify, jobids
 from ..entrypoint import code_file
 from ..errors import EngineError, LimitExceeded, NotFound, SpecError
 from ..logstore import LogReader, LogTail, TailPosition, log_path
@@ -56,6 +56,10 @@ _LAUNCH_WINDOW_SECONDS = 30.0
 _FAST_POLL = 0.005
 _SLOW_POLL = 0.05
 _LOST_CHECK_SECONDS = 1.0
+# Wakes of followed jobs per second, all jobs together: with many jobs each is woken less often
+# and its followers read bigger batches, within the latency bound.
+_WAKES_PER_SECOND = 500
+_MAX_WAKE_GAP = 0.1
 # Shared batches a job's watcher keeps for followers a little behind the head (bounded memory).
 _SHARED_BATCHES = 4
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
@@ -82,6 +86,10 @@ class LocalEngine:
         self._jobs_dir = Path(state_dir) / "jobs"
         self._submit_lock = asyncio.Lock()
         self._watchers: dict[str, _JobWatcher] = {}
+        # One descriptor for the engine's life (None: poll instead), read once a job is followed.
+        self._inotify_instance = inotify.Inotify.create()
+        # wd -> (handler, whether the watch is one-shot, gone after its first event)
+        self._inotify_handlers: dict[int, tuple[Callable[[int, int], None], bool]] = {}
 
     async def info(self) -> EngineInfo:
         return EngineInfo(
@@ -175,6 +183,10 @@ class LocalEngine:
         for watcher in self._watchers.values():
             watcher.stop()
         self._watchers.clear()
+        if self._inotify_instance is not None:
+            self._inotify_instance.close()
+            self._inotify_instance = None
+        self._inotify_handlers.clear()
 
     # --- the job directory ---
 
@@ -361,6 +373,44 @@ class LocalEngine:
         watcher.followers += 1
         return watcher
 
+    def _wake_gap(self) -> float:
+        return min(_MAX_WAKE_GAP, len(self._watchers) / _WAKES_PER_SECOND)
+
+    def _inotify(self) -> inotify.Inotify | None:
+        """The engine's inotify instance, read on the running loop (None: poll instead)."""
+        if self._inotify_instance is not None:
+            self._inotify_instance.listen(self._on_inotify_events)
+        return self._inotify_instance
+
+    def _watch_inotify(
+        self, path: str, mask: int, handler: Callable[[int, int], None]
+    ) -> int | None:
+        """A watch whose events go to `handler(wd, mask)`; None if the path cannot be watched."""
+        if self._inotify_instance is None:
+            return None
+        try:
+            wd = self._inotify_instance.add_watch(path, mask)
+        except OSError:
+            return None
+        self._inotify_handlers[wd] = (handler, bool(mask & inotify.IN_ONESHOT))
+        return wd
+
+    def _unwatch_inotify(self, wd: int) -> None:
+        if self._inotify_handlers.pop(wd, None) is not None and self._inotify_instance:
+            self._inotify_instance.remove_watch(wd)
+
+    def _on_inotify_events(self, events: inotify.Events) -> None:
+        if inotify.OVERFLOW_WD in events:  # events were dropped: tell everyone
+            events = dict.fromkeys(self._inotify_handlers, inotify.IN_MODIFY)
+        for wd, mask in events.items():
+            entry = self._inotify_handlers.get(wd)
+            if entry is None:
+                continue
+            handler, oneshot = entry
+            if oneshot or mask & inotify.IN_IGNORED:  # the kernel dropped the watch
+                del self._inotify_handlers[wd]
+            handler(wd, mask)
+
     def _unwatch(self, job_id: str) -> None:
         watcher = self._watchers.get(job_id)
         if watcher is None:
@@ -372,9 +422,12 @@ class LocalEngine:
 
 
 class _JobWatcher:
-    """One poller per followed job, shared by all its followers: it watches the sizes of the
-    job's log files and status.json and wakes the followers on any change. Followers read
-    the logs themselves, each at its own pace, so a slow one holds nothing up."""
+    """Watches one followed job for all its followers and wakes them on any change: through
+    inotify (a one-shot watch on its log directory, re-armed at each wake, and a watch on its
+    directory for status.json) where the engine has it, else by polling the files' sizes. Its
+    followers read at their own pace, sharing the reads of those at the head, so a slow one
+    holds nothing up. Wakes of one job are at least `LocalEngine._wake_gap()` apart: many
+    lines written close together reach followers in one batch."""
 
     def __init__(self, engine: LocalEngine, job_id: str, job: Job) -> None:
         self.job = job
@@ -389,7 +442,6 @@ class _JobWatcher:
         self._status_path = str(self._files.status)
         self._log_paths = [str(log_path(self._files.logs, r.name)) for r in job.replicas]
         self._changed = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._poll())
         # Shared reading: followers of every replica at the same cursor take the same batch.
         self.names = [replica.name for replica in job.replicas]
         self.head: tuple[int, ...] | None = None  # the cursor after the newest shared batch
@@ -398,6 +450,19 @@ class _JobWatcher:
         self._readers = [LogReader(self._files.logs, name) for name in self.names]
         self._tails: list[LogTail] = []
         self._reading: asyncio.Task[_SharedBatch] | None = None
+        # Change notification.
+        self._loop = asyncio.get_running_loop()
+        self._status_changed = asyncio.Event()
+        self._wake_handle: asyncio.TimerHandle | None = None
+        self._last_wake = 0.0
+        self._dir_wd: int | None = None
+        self._logs_wd: int | None = None
+        self._inotify = engine._inotify()
+        if self._inotify is not None and self._watch_dir():
+            self._arm_logs()
+            self._task = self._loop.create_task(self._watch_status())
+        else:
+            self._task = self._loop.create_task(self._poll())
 
     async def wait_for_change(self, version: int) -> None:
         while self.version == version and not self.settled:
@@ -411,8 +476,67 @@ class _JobWatcher:
     def stop(self) -> None:
         self.stopped = True
         self._task.cancel()
+        if self._wake_handle is not None:
+            self._wake_handle.cancel()
+        for wd in (self._dir_wd, self._logs_wd):
+            if wd is not None:
+                self._engine._unwatch_inotify(wd)
+        self._dir_wd = self._logs_wd = None
         self._notify()  # wake the followers: nothing will wake them any more
         _close_after(self._reading, self._readers)
+
+    # --- inotify ---
+
+    def _watch_dir(self) -> bool:
+        """Watches the job directory (status.json replaced, logs/ created, the job deleted)."""
+        mask = inotify.IN_MOVED_TO | inotify.IN_CREATE | inotify.IN_DELETE_SELF
+        self._dir_wd = self._engine._watch_inotify(str(self._files.dir), mask, self._on_dir_event)
+        return self._dir_wd is not None
+
+    def _arm_logs(self) -> None:
+        """(Re-)arms the one-shot watch on logs/; a missing logs/ is watched once it appears."""
+        if self.stopped:
+            return
+        mask = inotify.IN_MODIFY | inotify.IN_CREATE | inotify.IN_ONESHOT
+        self._logs_wd = self._engine._watch_inotify(
+            str(self._files.logs), mask, self._on_logs_event
+        )
+
+    def _on_logs_event(self, wd: int, mask: int) -> None:
+        if wd == self._logs_wd:
+            self._logs_wd = None  # the one-shot fired: re-armed at the wake
+        if mask & ~inotify.IN_IGNORED:
+            self._schedule_wake()
+
+    def _on_dir_event(self, wd: int, mask: int) -> None:
+        if self._logs_wd is None and self._wake_handle is None:
+            self._schedule_wake()  # logs/ may have just appeared
+        self._status_changed.set()
+
+    def _schedule_wake(self) -> None:
+        if self._wake_handle is not None or self.stopped:
+            return
+        delay = self._last_wake + self._engine._wake_gap() - self._loop.time()
+        self._wake_handle = self._loop.call_at(self._loop.time() + max(0.0, delay), self._wake)
+
+    def _wake(self) -> None:
+        self._wake_handle = None
+        self._last_wake = self._loop.time()
+        self._arm_logs()  # before the followers read: a later write fires it again
+        self._notify()
+
+    async def _watch_status(self) -> None:
+        """Refreshes the status on each change of the job directory, and every
+        `_LOST_CHECK_SECONDS` anyway, to notice a supervisor that died."""
+        try:
+            while not self.settled:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._status_changed.wait(), _LOST_CHECK_SECONDS)
+                self._status_changed.clear()
+                await self._refresh_status()
+        except NotFound:  # deleted while followed: nothing more will come
+            self.settled = True
+        self._notify()
 
     def shares_with(self, names: list[str], max_batch: int) -> bool:
         return not self.stopped and names == self.names and self.max_batch in (0, max_batch)
@@ -447,6 +571,8 @@ class _JobWatcher:
             return shared
         finally:
             self._reading = None
+
+    # --- polling, where inotify is not available ---
 
     async def _poll(self) -> None:
         interval = _FAST_POLL
