@@ -27,7 +27,7 @@ from typing import Any
 from .. import inotify, jobids
 from ..entrypoint import code_file
 from ..errors import EngineError, LimitExceeded, NotFound, SpecError
-from ..logstore import LogReader, LogTail, TailPosition, log_path
+from ..logstore import DEFAULT_MAX_READ_BYTES, LogReader, LogTail, TailPosition, log_path
 from ..spec import JobSpec, Limits, check_relative_path
 from ..supervisor import (
     JobFiles,
@@ -60,6 +60,10 @@ _LOST_CHECK_SECONDS = 1.0
 # and its followers read bigger batches, within the latency bound.
 _WAKES_PER_SECOND = 500
 _MAX_WAKE_GAP = 0.1
+# A shared read that returned at most this many lines leaves the head at the live edge, where
+# the next read is done on the event loop, of at most this many bytes.
+_LIVE_EDGE_LINES = 256
+_INLINE_READ_BYTES = 64 * 1024
 # Shared batches a job's watcher keeps for followers a little behind the head (bounded memory).
 _SHARED_BATCHES = 4
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
@@ -450,6 +454,7 @@ class _JobWatcher:
         self._readers = [LogReader(self._files.logs, name) for name in self.names]
         self._tails: list[LogTail] = []
         self._reading: asyncio.Task[_SharedBatch] | None = None
+        self._live = False  # the last shared read was small: the next one is read inline
         # Change notification.
         self._loop = asyncio.get_running_loop()
         self._status_changed = asyncio.Event()
@@ -547,7 +552,9 @@ class _JobWatcher:
                 return shared
         return None
 
-    async def read_shared(self, positions: list[TailPosition], max_batch: int) -> "_SharedBatch":
+    async def read_shared(
+        self, positions: tuple[TailPosition, ...], max_batch: int
+    ) -> "_SharedBatch":
         """The batch after the head, read once for every follower there. The first follower
         sets the head where it stands; callers must be at the head."""
         if self.head is None:
@@ -562,10 +569,16 @@ class _JobWatcher:
         assert self.head is not None
         try:
             settled = self.settled  # read before the logs: then empty means the end
-            lines = await asyncio.to_thread(_read_batch, self._tails, self.max_batch)
+            if self._live:
+                # At the live edge the new lines were just written: a small read of the page
+                # cache, cheaper here than the hand-off to a thread and back.
+                lines = _read_batch(self._tails, self.max_batch, max_bytes=_INLINE_READ_BYTES)
+            else:
+                lines = await asyncio.to_thread(_read_batch, self._tails, self.max_batch)
+            self._live = len(lines) <= _LIVE_EDGE_LINES
             ends = tuple(tail.position for tail in self._tails)
             shared = _SharedBatch(self.head, LogBatch(lines), ends, settled)
-            self.head = tuple(position.next_seq for position in ends)
+            self.head = shared.end_seqs
             if lines:
                 self.recent.append(shared)
             return shared
@@ -629,6 +642,10 @@ class _SharedBatch:
     ends: tuple[TailPosition, ...]  # each replica's position after it
     settled: bool  # the job was settled before the read: an empty batch means the end
 
+    @property
+    def end_seqs(self) -> tuple[int, ...]:
+        return tuple(position.next_seq for position in self.ends)
+
 
 class _Follower:
     """One reader of a job's logs. At the watcher's head it takes the batch the watcher reads
@@ -646,7 +663,8 @@ class _Follower:
     ) -> None:
         self.watcher = watcher
         self.readers = readers
-        self.tails = [reader.tail(starts[reader.replica]) for reader in readers]
+        self.positions = tuple(reader.tail(starts[reader.replica]).position for reader in readers)
+        self.cursor = tuple(position.next_seq for position in self.positions)
         self.max_batch = max_batch
         self.reading: asyncio.Task[list[LogLine]] | None = None
         self._shares = watcher.shares_with([r.replica for r in readers], max_batch)
@@ -655,24 +673,28 @@ class _Follower:
         """New lines (maybe none), and whether the job was settled before they were read."""
         watcher = self.watcher
         if self._shares and watcher.shares_with(watcher.names, self.max_batch):
-            cursor = tuple(tail.next_seq for tail in self.tails)
-            shared = watcher.shared_from(cursor)
-            if shared is None and watcher.head in (None, cursor):
-                shared = await watcher.read_shared([t.position for t in self.tails], self.max_batch)
+            shared = watcher.shared_from(self.cursor)
+            if shared is None and watcher.head in (None, self.cursor):
+                shared = await watcher.read_shared(self.positions, self.max_batch)
             if shared is not None:
-                self.tails = [r.tail_at(p) for r, p in zip(self.readers, shared.ends, strict=True)]
+                self.positions, self.cursor = shared.ends, shared.end_seqs
                 return shared.batch, shared.settled
-            if watcher.head is not None and all(map(int.__le__, cursor, watcher.head)):
-                limits = [head - seq for head, seq in zip(watcher.head, cursor, strict=True)]
+            head = watcher.head
+            if head is not None and all(map(int.__le__, self.cursor, head)):
+                limits = [end - seq for end, seq in zip(head, self.cursor, strict=True)]
                 return LogBatch(await self._read_own(limits)), False
         settled = watcher.settled  # read before the logs: then empty means the end
         return LogBatch(await self._read_own(None)), settled
 
     async def _read_own(self, limits: list[int] | None) -> list[LogLine]:
+        tails = [r.tail_at(p) for r, p in zip(self.readers, self.positions, strict=True)]
         self.reading = asyncio.create_task(
-            asyncio.to_thread(_read_batch, self.tails, self.max_batch, limits)
+            asyncio.to_thread(_read_batch, tails, self.max_batch, limits)
         )
-        return await asyncio.shield(self.reading)  # cancelled here, the read runs on
+        lines = await asyncio.shield(self.reading)  # cancelled here, the read runs on
+        self.positions = tuple(tail.position for tail in tails)
+        self.cursor = tuple(position.next_seq for position in self.positions)
+        return lines
 
 
 def _close_after(read: "asyncio.Task[Any] | None", readers: list[LogReader]) -> None:
@@ -692,16 +714,20 @@ def _close_after(read: "asyncio.Task[Any] | None", readers: list[LogReader]) -> 
 
 
 def _read_batch(
-    tails: list[LogTail], max_batch: int, limits: list[int] | None = None
+    tails: list[LogTail],
+    max_batch: int,
+    limits: list[int] | None = None,
+    max_bytes: int = DEFAULT_MAX_READ_BYTES,
 ) -> list[LogLine]:
-    """Up to about `max_batch` new lines, shared fairly among replicas, in capture order;
-    at most `limits[i]` from `tails[i]` when given."""
+    """Up to about `max_batch` new lines and `max_bytes` bytes, shared fairly among replicas,
+    in capture order; at most `limits[i]` from `tails[i]` when given."""
     quota = max(1, max_batch // len(tails)) if tails else 0
+    byte_quota = max(1, max_bytes // len(tails)) if tails else 0
     lines: list[LogLine] = []
     for index, tail in enumerate(tails):
         wanted = quota if limits is None else min(quota, limits[index])
         if wanted > 0:
-            lines += tail.read(wanted)
+            lines += tail.read(wanted, byte_quota)
     lines.sort(key=lambda line: line.time)  # stable: each replica keeps its seq order
     return lines
 
