@@ -243,7 +243,8 @@ class LocalEngine:
         try:
             with open(files.supervisor_log, "ab") as log:
                 process = subprocess.Popen(
-                    [sys.executable, "-c", _LAUNCHER, _PACKAGE_PARENT, str(files.dir)],
+                    # -S: no site-packages (it needs none), a faster start.
+                    [sys.executable, "-S", "-c", _LAUNCHER, _PACKAGE_PARENT, str(files.dir)],
                     cwd=files.dir,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
