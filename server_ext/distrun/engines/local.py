@@ -3,7 +3,8 @@
 Each job lives in `<state_dir>/jobs/<job_id>/` (see `supervisor.JobFiles`) and is run by its
 own detached supervisor process; this engine writes the job directory, starts the supervisor,
 and afterwards answers only from the files, so jobs and logs outlive a server restart. File
-work runs in threads: nothing here blocks the event loop for longer than a `stat`.
+work runs in threads: nothing here blocks the event loop for longer than a `stat`, except the
+small read of lines just written (page cache) that followers at the live edge share.
 """
 
 import asyncio
