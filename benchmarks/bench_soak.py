@@ -123,6 +123,7 @@ class Server:
         self.lag_file = root / "lag.jsonl"
         self.process: asyncio.subprocess.Process | None = None
         self.jobs = jobs
+        self.cpu_at_end = 0.0
 
     @property
     def headers(self) -> dict[str, str]:
@@ -238,6 +239,14 @@ class Server:
             "threads": int(status["Threads"]),
         }
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU the server process has used so far: the work it did, which the
+        machine's load does not inflate the way it inflates lag."""
+        assert self.process is not None
+        stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def lags_since(self, since: float) -> list[tuple[float, float]]:
         """(lag, CPU seconds of the loop's thread meanwhile) for each probe after `since`."""
         lags: list[tuple[float, float]] = []
@@ -278,6 +287,7 @@ async def soak(args: argparse.Namespace, root: Path) -> int:
             received = sum(viewer.received for viewer in viewers)
             print(f"  {time.time() - started:6.0f} s  {received:>10,} lines  {samples[-1][1]}")
         await viewing
+        server.cpu_at_end = server.cpu_seconds()
         finals = [await server.request("GET", f"/distrun/jobs/{job['id']}") for job in jobs]
     finally:
         await server.stop()
@@ -300,6 +310,11 @@ def report(
         f"\nlines delivered to viewers: {received:,} ({received / (time.time() - started):,.0f}/s)"
     )
     print(f"reconnects of resuming viewers: {sum(viewer.reconnects for viewer in viewers)}")
+    if received:
+        print(
+            f"server CPU (user + system) until the last line: {server.cpu_at_end:.1f} s, "
+            f"{server.cpu_at_end / received * 1e6:.1f} us per delivered line"
+        )
 
     probes = server.lags_since(warm)
     lag_ok = True

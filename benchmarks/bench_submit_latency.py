@@ -5,6 +5,9 @@ the floor: the same 3 Python processes started from a fixed shell script.
 
 Both sides run the same one-line program per replica. For each we time, from the moment we ask
 for the job, the first line any replica prints and the moment every replica has printed its line.
+The local engine's first line is also split into where its time went, from the job's own
+records: submit to the supervisor starting the replicas (status `started_at`), to the first
+line captured (its log time), to the first line received by the follower.
 """
 
 import argparse
@@ -14,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,7 +48,19 @@ def bare_processes(script: Path) -> tuple[float, float]:
     return first, every
 
 
-async def through_local_engine(engine: "Engine", owner: str) -> tuple[float, float]:
+@dataclass(frozen=True)
+class Breakdown:
+    """Seconds of the local engine's first line: submit to replicas started, to the first line
+    captured by the supervisor, to that line received by the follower."""
+
+    to_started: float
+    to_captured: float
+    to_received: float
+
+
+async def through_local_engine(
+    engine: "Engine", owner: str, breakdowns: list[Breakdown] | None = None
+) -> tuple[float, float]:
     from distrun.engines.base import LogBatch
     from distrun.spec import JobSpec
 
@@ -52,22 +68,33 @@ async def through_local_engine(engine: "Engine", owner: str) -> tuple[float, flo
         {"framework": "generic", "roles": {"worker": {"replicas": REPLICAS}}, "code": REPLICA_CODE}
     )
     start = time.perf_counter()
+    wall_start = time.time()
     job = await engine.submit(spec, owner)
     first: float | None = None
     every: float | None = None
+    captured: float | None = None
+    received_at = 0.0
     seen: set[str] = set()
     async for event in engine.follow(job.id, owner):
         if isinstance(event, LogBatch) and event.lines:
             now = time.perf_counter() - start
-            first = first if first is not None else now
+            if first is None:
+                first, received_at = now, time.time()
+                captured = min(line.time for line in event.lines)
             seen.update(line.replica for line in event.lines)
             if every is None and len(seen) == REPLICAS:
                 every = now
     final = await engine.get_job(job.id, owner)
     if final.state.value != "succeeded":
         skip(f"the benchmark job did not succeed: {final.state.value}, {final.reason}")
-    if first is None or every is None:
+    if first is None or every is None or captured is None:
         skip(f"the benchmark job's replicas did not all print: {sorted(seen)}")
+    if breakdowns is not None and final.started_at is not None:
+        breakdowns.append(
+            Breakdown(
+                final.started_at - wall_start, captured - wall_start, received_at - wall_start
+            )
+        )
     return first, every
 
 
@@ -88,9 +115,10 @@ async def main() -> None:
         bare_processes(script)  # warm the page cache for both sides
         await through_local_engine(engine, "bench")
         bare, local = [], []
+        breakdowns: list[Breakdown] = []
         for _ in range(args.repetitions):
             bare.append(bare_processes(script))
-            local.append(await through_local_engine(engine, "bench"))
+            local.append(await through_local_engine(engine, "bench", breakdowns))
         await engine.close()
 
     print(f"submit-to-first-log-line, {REPLICAS} replicas, median of {args.repetitions} runs")
@@ -100,6 +128,15 @@ async def main() -> None:
         print(f"{name:24}{ms(first):>14}{ms(every):>16}")
     overhead = median([r[0] for r in local]) - median([r[0] for r in bare])
     print(f"local engine overhead on the first line: {ms(overhead).strip()}")
+    if breakdowns:
+        started = median([b.to_started for b in breakdowns])
+        captured = median([b.to_captured for b in breakdowns])
+        received = median([b.to_received for b in breakdowns])
+        print(
+            f"local engine first line, from submit (medians; log times have 1 ms resolution): "
+            f"replicas started {ms(started).strip()}, first line captured "
+            f"{ms(captured).strip()}, received {ms(received).strip()}"
+        )
 
 
 if __name__ == "__main__":

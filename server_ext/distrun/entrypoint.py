@@ -1,13 +1,13 @@
 """How every engine turns a cell's code into the file a replica runs."""
 
-from .magics import needs_ipython
-
 
 def code_file(code: str) -> tuple[str, str]:
     """The file name and content to write: `main.py`, or `main.ipy` (run with IPython) when the
     code uses IPython syntax. IPython drops leading blank lines before it runs a file, which
     would shift traceback line numbers against the cell, so a blank first line (a consumed
     header) becomes a comment."""
+    from .magics import needs_ipython  # not at the top: the supervisor imports this module
+
     if not needs_ipython(code):
         return "main.py", code
     if code.startswith(("\n", "\r\n")):

@@ -9,6 +9,7 @@ records. One process writes a replica's log (the job's supervisor); any number m
 
 import os
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 from .engines.base import LogLine
@@ -158,6 +159,12 @@ class LogReader:
             pass
         return LogTail(self, want=from_seq, offset=offset, seq=seq)
 
+    def tail_at(self, position: "TailPosition") -> "LogTail":
+        """A cursor at a position another tail of the same log reached (no index read)."""
+        return LogTail(
+            self, want=position.next_seq, offset=position.offset, seq=position.record_seq
+        )
+
     def size(self) -> int:
         try:
             return os.stat(self._log_path).st_size
@@ -178,6 +185,16 @@ class LogReader:
             self._fd = None
 
 
+@dataclass(frozen=True)
+class TailPosition:
+    """Where a `LogTail` stands: the next seq it returns, and the byte offset of record
+    `record_seq` (at or before `next_seq`) from which it scans on."""
+
+    next_seq: int
+    offset: int
+    record_seq: int
+
+
 class LogTail:
     """A reading position in one replica's log: `next_seq` is the next line it returns."""
 
@@ -190,6 +207,10 @@ class LogTail:
     @property
     def offset(self) -> int:
         return self._offset
+
+    @property
+    def position(self) -> TailPosition:
+        return TailPosition(self.next_seq, self._offset, self._seq)
 
     def read(self, max_lines: int, max_bytes: int = DEFAULT_MAX_READ_BYTES) -> list[LogLine]:
         """Up to `max_lines` complete lines (and about `max_bytes`), advancing the cursor."""

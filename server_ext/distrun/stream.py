@@ -10,6 +10,7 @@ cancels the task, which closes the follower.
 import asyncio
 import json
 import socket
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -57,6 +58,26 @@ def frames(lines: list[LogLine]) -> list[list[LogLine]]:
     if frame:
         result.append(frame)
     return result
+
+
+# The frames of batches still alive, by the batch's id: an engine that hands one batch object to
+# every follower at the same cursor (the local engine does) gets it encoded once for them all.
+_encoded: dict[int, list[str]] = {}
+
+
+def encoded_frames(batch: LogBatch) -> list[str]:
+    """The `lines` messages of a batch, as JSON text; encoded once per batch object."""
+    key = id(batch)
+    messages = _encoded.get(key)
+    if messages is None:
+        messages = [
+            json.dumps({"type": "lines", "lines": [line_json(x) for x in f]})
+            for f in frames(batch.lines)
+        ]
+        _encoded[key] = messages
+        # Forgotten with the batch (before its id can be reused).
+        weakref.finalize(batch, _encoded.pop, key, None)
+    return messages
 
 
 @web.stream_request_body
@@ -133,8 +154,8 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
         async with _closing(follower) as events:
             async for event in events:
                 if isinstance(event, LogBatch):
-                    for frame in frames(event.lines):
-                        await self._send({"type": "lines", "lines": [line_json(x) for x in frame]})
+                    for message in encoded_frames(event):
+                        await self.write_message(message)
                 elif isinstance(event, JobUpdate):
                     status = event.job.to_json()
                     if status != last_status:

@@ -3,7 +3,8 @@
 Each job lives in `<state_dir>/jobs/<job_id>/` (see `supervisor.JobFiles`) and is run by its
 own detached supervisor process; this engine writes the job directory, starts the supervisor,
 and afterwards answers only from the files, so jobs and logs outlive a server restart. File
-work runs in threads: nothing here blocks the event loop for longer than a `stat`.
+work runs in threads: nothing here blocks the event loop for longer than a `stat`, except the
+small read of lines just written (page cache) that followers at the live edge share.
 """
 
 import asyncio
@@ -18,15 +19,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
-from dataclasses import asdict
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import jobids
+from .. import inotify, jobids
 from ..entrypoint import code_file
 from ..errors import EngineError, LimitExceeded, NotFound, SpecError
-from ..logstore import LogReader, LogTail, log_path
+from ..logstore import DEFAULT_MAX_READ_BYTES, LogReader, LogTail, TailPosition, log_path
 from ..spec import JobSpec, Limits, check_relative_path
 from ..supervisor import (
     JobFiles,
@@ -55,6 +57,16 @@ _LAUNCH_WINDOW_SECONDS = 30.0
 _FAST_POLL = 0.005
 _SLOW_POLL = 0.05
 _LOST_CHECK_SECONDS = 1.0
+# Wakes of followed jobs per second, all jobs together: with many jobs each is woken less often
+# and its followers read bigger batches, within the latency bound.
+_WAKES_PER_SECOND = 500
+_MAX_WAKE_GAP = 0.1
+# A shared read that returned at most this many lines leaves the head at the live edge, where
+# the next read is done on the event loop, of at most this many bytes.
+_LIVE_EDGE_LINES = 256
+_INLINE_READ_BYTES = 64 * 1024
+# Shared batches a job's watcher keeps for followers a little behind the head (bounded memory).
+_SHARED_BATCHES = 4
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 # Runs the supervisor with this copy of distrun importable, whether or not it is installed.
 _LAUNCHER = (
@@ -79,6 +91,10 @@ class LocalEngine:
         self._jobs_dir = Path(state_dir) / "jobs"
         self._submit_lock = asyncio.Lock()
         self._watchers: dict[str, _JobWatcher] = {}
+        # One descriptor for the engine's life (None: poll instead), read once a job is followed.
+        self._inotify_instance = inotify.Inotify.create()
+        # wd -> (handler, whether the watch is one-shot, gone after its first event)
+        self._inotify_handlers: dict[int, tuple[Callable[[int, int], None], bool]] = {}
 
     async def info(self) -> EngineInfo:
         return EngineInfo(
@@ -147,34 +163,35 @@ class LocalEngine:
         files = self._files(job_id)
         readers = [LogReader(files.logs, name) for name in names]
         starts = _start_seqs(names, since)
-        tails = [reader.tail(starts[reader.replica]) for reader in readers]
         watcher = self._watch(job_id, job)
-        read: asyncio.Task[list[LogLine]] | None = None
+        follower = _Follower(watcher, readers, starts, max_batch)
         try:
             sent = job
             yield JobUpdate(job)
             while True:
                 version = watcher.version
-                if watcher.job != sent:
+                if watcher.job is not sent:
                     sent = watcher.job
                     yield JobUpdate(sent)
-                settled = watcher.settled  # read before the logs: then empty means the end
-                read = asyncio.create_task(asyncio.to_thread(_read_batch, tails, max_batch))
-                lines = await asyncio.shield(read)  # cancelled here, the read runs on
-                if lines:
-                    yield LogBatch(lines)
+                batch, settled = await follower.next_batch()
+                if batch.lines:
+                    yield batch
                 elif settled:
                     return
                 else:
                     await watcher.wait_for_change(version)
         finally:
             self._unwatch(job_id)
-            _close_after(read, readers)
+            _close_after(follower.reading, readers)
 
     async def close(self) -> None:
         for watcher in self._watchers.values():
             watcher.stop()
         self._watchers.clear()
+        if self._inotify_instance is not None:
+            self._inotify_instance.close()
+            self._inotify_instance = None
+        self._inotify_handlers.clear()
 
     # --- the job directory ---
 
@@ -227,7 +244,8 @@ class LocalEngine:
         try:
             with open(files.supervisor_log, "ab") as log:
                 process = subprocess.Popen(
-                    [sys.executable, "-c", _LAUNCHER, _PACKAGE_PARENT, str(files.dir)],
+                    # -S: no site-packages (it needs none), a faster start.
+                    [sys.executable, "-S", "-c", _LAUNCHER, _PACKAGE_PARENT, str(files.dir)],
                     cwd=files.dir,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -361,6 +379,44 @@ class LocalEngine:
         watcher.followers += 1
         return watcher
 
+    def _wake_gap(self) -> float:
+        return min(_MAX_WAKE_GAP, len(self._watchers) / _WAKES_PER_SECOND)
+
+    def _inotify(self) -> inotify.Inotify | None:
+        """The engine's inotify instance, read on the running loop (None: poll instead)."""
+        if self._inotify_instance is not None:
+            self._inotify_instance.listen(self._on_inotify_events)
+        return self._inotify_instance
+
+    def _watch_inotify(
+        self, path: str, mask: int, handler: Callable[[int, int], None]
+    ) -> int | None:
+        """A watch whose events go to `handler(wd, mask)`; None if the path cannot be watched."""
+        if self._inotify_instance is None:
+            return None
+        try:
+            wd = self._inotify_instance.add_watch(path, mask)
+        except OSError:
+            return None
+        self._inotify_handlers[wd] = (handler, bool(mask & inotify.IN_ONESHOT))
+        return wd
+
+    def _unwatch_inotify(self, wd: int) -> None:
+        if self._inotify_handlers.pop(wd, None) is not None and self._inotify_instance:
+            self._inotify_instance.remove_watch(wd)
+
+    def _on_inotify_events(self, events: inotify.Events) -> None:
+        if inotify.OVERFLOW_WD in events:  # events were dropped: tell everyone
+            events = dict.fromkeys(self._inotify_handlers, inotify.IN_MODIFY)
+        for wd, mask in events.items():
+            entry = self._inotify_handlers.get(wd)
+            if entry is None:
+                continue
+            handler, oneshot = entry
+            if oneshot or mask & inotify.IN_IGNORED:  # the kernel dropped the watch
+                del self._inotify_handlers[wd]
+            handler(wd, mask)
+
     def _unwatch(self, job_id: str) -> None:
         watcher = self._watchers.get(job_id)
         if watcher is None:
@@ -372,9 +428,12 @@ class LocalEngine:
 
 
 class _JobWatcher:
-    """One poller per followed job, shared by all its followers: it watches the sizes of the
-    job's log files and status.json and wakes the followers on any change. Followers read
-    the logs themselves, each at its own pace, so a slow one holds nothing up."""
+    """Watches one followed job for all its followers and wakes them on any change: through
+    inotify (a one-shot watch on its log directory, re-armed at each wake, and a watch on its
+    directory for status.json) where the engine has it, else by polling the files' sizes. Its
+    followers read at their own pace, sharing the reads of those at the head, so a slow one
+    holds nothing up. Wakes of one job are at least `LocalEngine._wake_gap()` apart: many
+    lines written close together reach followers in one batch."""
 
     def __init__(self, engine: LocalEngine, job_id: str, job: Job) -> None:
         self.job = job
@@ -389,7 +448,28 @@ class _JobWatcher:
         self._status_path = str(self._files.status)
         self._log_paths = [str(log_path(self._files.logs, r.name)) for r in job.replicas]
         self._changed = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._poll())
+        # Shared reading: followers of every replica at the same cursor take the same batch.
+        self.names = [replica.name for replica in job.replicas]
+        self.head: tuple[int, ...] | None = None  # the cursor after the newest shared batch
+        self.max_batch = 0
+        self.recent: deque[_SharedBatch] = deque(maxlen=_SHARED_BATCHES)
+        self._readers = [LogReader(self._files.logs, name) for name in self.names]
+        self._tails: list[LogTail] = []
+        self._reading: asyncio.Task[_SharedBatch] | None = None
+        self._live = False  # the last shared read was small: the next one is read inline
+        # Change notification.
+        self._loop = asyncio.get_running_loop()
+        self._status_changed = asyncio.Event()
+        self._wake_handle: asyncio.TimerHandle | None = None
+        self._last_wake = 0.0
+        self._dir_wd: int | None = None
+        self._logs_wd: int | None = None
+        self._inotify = engine._inotify()
+        if self._inotify is not None and self._watch_dir():
+            self._arm_logs()
+            self._task = self._loop.create_task(self._watch_status())
+        else:
+            self._task = self._loop.create_task(self._poll())
 
     async def wait_for_change(self, version: int) -> None:
         while self.version == version and not self.settled:
@@ -403,7 +483,111 @@ class _JobWatcher:
     def stop(self) -> None:
         self.stopped = True
         self._task.cancel()
+        if self._wake_handle is not None:
+            self._wake_handle.cancel()
+        for wd in (self._dir_wd, self._logs_wd):
+            if wd is not None:
+                self._engine._unwatch_inotify(wd)
+        self._dir_wd = self._logs_wd = None
         self._notify()  # wake the followers: nothing will wake them any more
+        _close_after(self._reading, self._readers)
+
+    # --- inotify ---
+
+    def _watch_dir(self) -> bool:
+        """Watches the job directory (status.json replaced, logs/ created, the job deleted)."""
+        mask = inotify.IN_MOVED_TO | inotify.IN_CREATE | inotify.IN_DELETE_SELF
+        self._dir_wd = self._engine._watch_inotify(str(self._files.dir), mask, self._on_dir_event)
+        return self._dir_wd is not None
+
+    def _arm_logs(self) -> None:
+        """(Re-)arms the one-shot watch on logs/; a missing logs/ is watched once it appears."""
+        if self.stopped:
+            return
+        mask = inotify.IN_MODIFY | inotify.IN_CREATE | inotify.IN_ONESHOT
+        self._logs_wd = self._engine._watch_inotify(
+            str(self._files.logs), mask, self._on_logs_event
+        )
+
+    def _on_logs_event(self, wd: int, mask: int) -> None:
+        if wd == self._logs_wd:
+            self._logs_wd = None  # the one-shot fired: re-armed at the wake
+        if mask & ~inotify.IN_IGNORED:
+            self._schedule_wake()
+
+    def _on_dir_event(self, wd: int, mask: int) -> None:
+        if self._logs_wd is None and self._wake_handle is None:
+            self._schedule_wake()  # logs/ may have just appeared
+        self._status_changed.set()
+
+    def _schedule_wake(self) -> None:
+        if self._wake_handle is not None or self.stopped:
+            return
+        delay = self._last_wake + self._engine._wake_gap() - self._loop.time()
+        self._wake_handle = self._loop.call_at(self._loop.time() + max(0.0, delay), self._wake)
+
+    def _wake(self) -> None:
+        self._wake_handle = None
+        self._last_wake = self._loop.time()
+        self._arm_logs()  # before the followers read: a later write fires it again
+        self._notify()
+
+    async def _watch_status(self) -> None:
+        """Refreshes the status on each change of the job directory, and every
+        `_LOST_CHECK_SECONDS` anyway, to notice a supervisor that died."""
+        try:
+            while not self.settled:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._status_changed.wait(), _LOST_CHECK_SECONDS)
+                self._status_changed.clear()
+                await self._refresh_status()
+        except NotFound:  # deleted while followed: nothing more will come
+            self.settled = True
+        self._notify()
+
+    def shares_with(self, names: list[str], max_batch: int) -> bool:
+        return not self.stopped and names == self.names and self.max_batch in (0, max_batch)
+
+    def shared_from(self, cursor: tuple[int, ...]) -> "_SharedBatch | None":
+        for shared in reversed(self.recent):
+            if shared.starts == cursor:
+                return shared
+        return None
+
+    async def read_shared(
+        self, positions: tuple[TailPosition, ...], max_batch: int
+    ) -> "_SharedBatch":
+        """The batch after the head, read once for every follower there. The first follower
+        sets the head where it stands; callers must be at the head."""
+        if self.head is None:
+            self._tails = [r.tail_at(p) for r, p in zip(self._readers, positions, strict=True)]
+            self.head = tuple(position.next_seq for position in positions)
+            self.max_batch = max_batch
+        if self._reading is None:
+            self._reading = asyncio.get_running_loop().create_task(self._read_shared())
+        return await asyncio.shield(self._reading)  # cancelled here, the read runs on
+
+    async def _read_shared(self) -> "_SharedBatch":
+        assert self.head is not None
+        try:
+            settled = self.settled  # read before the logs: then empty means the end
+            if self._live:
+                # At the live edge the new lines were just written: a small read of the page
+                # cache, cheaper here than the hand-off to a thread and back.
+                lines = _read_batch(self._tails, self.max_batch, max_bytes=_INLINE_READ_BYTES)
+            else:
+                lines = await asyncio.to_thread(_read_batch, self._tails, self.max_batch)
+            self._live = len(lines) <= _LIVE_EDGE_LINES
+            ends = tuple(tail.position for tail in self._tails)
+            shared = _SharedBatch(self.head, LogBatch(lines), ends, settled)
+            self.head = shared.end_seqs
+            if lines:
+                self.recent.append(shared)
+            return shared
+        finally:
+            self._reading = None
+
+    # --- polling, where inotify is not available ---
 
     async def _poll(self) -> None:
         interval = _FAST_POLL
@@ -453,7 +637,69 @@ def _fingerprint(path: str) -> object:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _close_after(read: "asyncio.Task[list[LogLine]] | None", readers: list[LogReader]) -> None:
+@dataclass(frozen=True)
+class _SharedBatch:
+    starts: tuple[int, ...]  # each replica's next seq before the batch (the watcher's order)
+    batch: LogBatch
+    ends: tuple[TailPosition, ...]  # each replica's position after it
+    settled: bool  # the job was settled before the read: an empty batch means the end
+
+    @property
+    def end_seqs(self) -> tuple[int, ...]:
+        return tuple(position.next_seq for position in self.ends)
+
+
+class _Follower:
+    """One reader of a job's logs. At the watcher's head it takes the batch the watcher reads
+    once for all followers there (so they share reading, parsing and, in the websocket, the
+    encoding of the very same batch object); behind the head it catches up with reads of its
+    own that stop at the head; anywhere else (a subset of replicas, a cursor ahead of the
+    head) it reads on its own."""
+
+    def __init__(
+        self,
+        watcher: "_JobWatcher",
+        readers: list[LogReader],
+        starts: dict[str, int],
+        max_batch: int,
+    ) -> None:
+        self.watcher = watcher
+        self.readers = readers
+        self.positions = tuple(reader.tail(starts[reader.replica]).position for reader in readers)
+        self.cursor = tuple(position.next_seq for position in self.positions)
+        self.max_batch = max_batch
+        self.reading: asyncio.Task[list[LogLine]] | None = None
+        self._shares = watcher.shares_with([r.replica for r in readers], max_batch)
+
+    async def next_batch(self) -> tuple[LogBatch, bool]:
+        """New lines (maybe none), and whether the job was settled before they were read."""
+        watcher = self.watcher
+        if self._shares and watcher.shares_with(watcher.names, self.max_batch):
+            shared = watcher.shared_from(self.cursor)
+            if shared is None and watcher.head in (None, self.cursor):
+                shared = await watcher.read_shared(self.positions, self.max_batch)
+            if shared is not None:
+                self.positions, self.cursor = shared.ends, shared.end_seqs
+                return shared.batch, shared.settled
+            head = watcher.head
+            if head is not None and all(map(int.__le__, self.cursor, head)):
+                limits = [end - seq for end, seq in zip(head, self.cursor, strict=True)]
+                return LogBatch(await self._read_own(limits)), False
+        settled = watcher.settled  # read before the logs: then empty means the end
+        return LogBatch(await self._read_own(None)), settled
+
+    async def _read_own(self, limits: list[int] | None) -> list[LogLine]:
+        tails = [r.tail_at(p) for r, p in zip(self.readers, self.positions, strict=True)]
+        self.reading = asyncio.create_task(
+            asyncio.to_thread(_read_batch, tails, self.max_batch, limits)
+        )
+        lines = await asyncio.shield(self.reading)  # cancelled here, the read runs on
+        self.positions = tuple(tail.position for tail in tails)
+        self.cursor = tuple(position.next_seq for position in self.positions)
+        return lines
+
+
+def _close_after(read: "asyncio.Task[Any] | None", readers: list[LogReader]) -> None:
     """Closes the readers, but only once a read still running in its thread (its follower was
     cancelled mid-read) is over: closed under it, the read would reopen a log and leak it."""
 
@@ -469,12 +715,21 @@ def _close_after(read: "asyncio.Task[list[LogLine]] | None", readers: list[LogRe
         read.add_done_callback(close)
 
 
-def _read_batch(tails: list[LogTail], max_batch: int) -> list[LogLine]:
-    """Up to about `max_batch` new lines, shared fairly among replicas, in capture order."""
+def _read_batch(
+    tails: list[LogTail],
+    max_batch: int,
+    limits: list[int] | None = None,
+    max_bytes: int = DEFAULT_MAX_READ_BYTES,
+) -> list[LogLine]:
+    """Up to about `max_batch` new lines and `max_bytes` bytes, shared fairly among replicas,
+    in capture order; at most `limits[i]` from `tails[i]` when given."""
     quota = max(1, max_batch // len(tails)) if tails else 0
+    byte_quota = max(1, max_bytes // len(tails)) if tails else 0
     lines: list[LogLine] = []
-    for tail in tails:
-        lines += tail.read(quota)
+    for index, tail in enumerate(tails):
+        wanted = quota if limits is None else min(quota, limits[index])
+        if wanted > 0:
+            lines += tail.read(wanted, byte_quota)
     lines.sort(key=lambda line: line.time)  # stable: each replica keeps its seq order
     return lines
 
