@@ -111,12 +111,12 @@ export class RunForm {
     if (header === null) {
       return toOverrides(this._values);
     }
-    const overrides = toOverrides(this._values, this._fromHeader(header));
     if (header.framework === undefined) {
       // The header leaves the framework to the form (the server's fallback).
-      overrides.framework = this._values.framework;
+      return { framework: this._values.framework };
     }
-    return overrides;
+    // A cell that carries its own header runs as it says, whatever the form shows.
+    return null;
   }
 
   /** Keeps the form's choice in the notebook's metadata (after a job was accepted). */
