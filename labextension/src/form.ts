@@ -242,7 +242,7 @@ export class RunForm {
     source.dataset.source = this._header ? 'header' : 'notebook';
     source.textContent = this._header
       ? this._trans.__(
-          "From the cell's header; what you change here overrides it."
+          "From the cell's header, which decides how it runs; edit the header to change it."
         )
       : this._trans.__('For cells without a header in this notebook.');
 
