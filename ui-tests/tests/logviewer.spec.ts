@@ -281,6 +281,10 @@ test.describe('Log viewer', () => {
     // The layout restorer reopens a viewer after a reload (which of the two depends on when
     // the workspace was last saved) and it streams its job again.
     const againId = (await again.getAttribute('data-job-id'))!;
+    // JupyterLab writes the workspace (the restorer's layout) 750 ms after the last layout
+    // change (WORKSPACE_SAVE_DEBOUNCE_INTERVAL in @jupyterlab/apputils-extension); a reload
+    // before that restores nothing, so let that debounce pass first.
+    await page.waitForTimeout(2_000);
     await page.reload({ waitForIsReady: false });
     await page.evaluate(() => (window as any).jupyterapp.restored);
     const restored = page
