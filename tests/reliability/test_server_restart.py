@@ -9,6 +9,7 @@ import json
 import os
 import signal
 from contextlib import aclosing
+from pathlib import Path
 
 import pytest
 
@@ -43,16 +44,28 @@ def history(job: Job) -> tuple[object, ...]:
     return (job.id, job.state, job.reason, job.created_at, job.finished_at, job.failed_replica)
 
 
+HOLD_UNTIL_RELEASED = """
+import os, time
+while not os.path.exists(os.environ["RELEASE_FILE"]):
+    time.sleep(0.05)
+"""
+
+
 async def test_a_restarted_server_keeps_every_jobs_history_and_follows_the_running_one(
-    make_local_engine: EngineFactory,
+    make_local_engine: EngineFactory, tmp_path: Path
 ) -> None:
     old = make_local_engine()
     done = await old.submit(spec("print('done')"), "alice")
     broken = await old.submit(spec("print('about to fail')\nraise SystemExit(4)"), "alice")
     await follow_to_end(old, done)
     await follow_to_end(old, broken)
-    env = {"FIDELITY_LINES": "30000", "FIDELITY_SEED": "7"}
-    running = await old.submit(spec(NUMBERED_LINES_CODE, replicas=3, env=env), "alice")
+    # The replicas hold after their lines until released, so the job is still running when the
+    # server goes down, however fast the machine wrote them.
+    release = tmp_path / "release"
+    env = {"FIDELITY_LINES": "30000", "FIDELITY_SEED": "7", "RELEASE_FILE": str(release)}
+    running = await old.submit(
+        spec(NUMBERED_LINES_CODE + HOLD_UNTIL_RELEASED, replicas=3, env=env), "alice"
+    )
     before = {job.id: job for job in await old.list_jobs("alice")}
     logs_before = {job_id: await old.read_logs(job_id, "alice") for job_id in (done.id, broken.id)}
 
@@ -69,6 +82,7 @@ async def test_a_restarted_server_keeps_every_jobs_history_and_follows_the_runni
 
     with pytest.raises(EngineError, match="the server stopped following job"):
         await asyncio.wait_for(read_until_the_server_stops(), WAIT)
+    release.touch()
 
     new = make_local_engine()
     after = {job.id: job for job in await new.list_jobs("alice")}
