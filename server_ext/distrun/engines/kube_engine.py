@@ -41,6 +41,7 @@ from .base import (
     LogLine,
     ReplicaStatus,
 )
+from .cursors import selected_replicas, start_seqs
 from .kube_client import CONFIGMAPS, PODS, KubeApi, Obj, Resource, namespace_for, new_api_client
 from .kube_logs import (
     LedgerStore,
@@ -291,7 +292,7 @@ class KubeEngine:
             raise SpecError(f"limit must be at least 1, not {limit}", field="limit")
         api = await self.api()
         obj, spec = await self._get_owned(api, job_id, owner)
-        names = selected_replicas(spec, job_id, replicas)
+        names = selected_replicas(job_id, spec.replica_names(), replicas)
         starts = start_seqs(names, since)
         pods = await self._pods(api, obj, spec)
         ctx = self._log_context(api, obj)
@@ -317,7 +318,7 @@ class KubeEngine:
             raise SpecError(f"max_batch must be at least 1, not {max_batch}", field="max_batch")
         api = await self.api()
         obj, spec = await self._get_owned(api, job_id, owner)
-        names = selected_replicas(spec, job_id, replicas)
+        names = selected_replicas(job_id, spec.replica_names(), replicas)
         starts = start_seqs(names, since)
         follow = _Follow(self, api, obj, spec, names, starts, max_batch)
         try:
@@ -786,30 +787,6 @@ def pending_reason(replicas: list[ReplicaStatus]) -> str | None:
     first = pending[0]
     others = f" (and {len(pending) - 1} more)" if len(pending) > 1 else ""
     return f"{first.name}: {first.reason}{others}"
-
-
-def selected_replicas(spec: JobSpec, job_id: str, replicas: set[str] | None) -> list[str]:
-    names = spec.replica_names()
-    if replicas is None:
-        return names
-    unknown = sorted(replicas - set(names))
-    if unknown:
-        raise SpecError(
-            f"job {job_id} has no replica {', '.join(unknown)}; its replicas are {', '.join(names)}",
-            field="replicas",
-        )
-    return [name for name in names if name in replicas]
-
-
-def start_seqs(names: list[str], since: Cursor | None) -> dict[str, int]:
-    since = since or {}
-    starts = {}
-    for name in names:
-        seq = since.get(name, 0)
-        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-            raise SpecError(f"the cursor for {name} must be a seq >= 0, not {seq!r}", field="since")
-        starts[name] = seq
-    return starts
 
 
 def conditions_phase(obj: Obj, terminal: dict[str, JobState], running: tuple[str, ...]) -> Phase:

@@ -50,6 +50,7 @@ from .base import (
     LogEvent,
     LogLine,
 )
+from .cursors import selected_replicas, start_seqs
 
 LOST_REASON = "lost: the supervisor process died (was the machine restarted?)"
 # How long a job directory may exist without a recorded supervisor (a submit in progress).
@@ -143,8 +144,8 @@ class LocalEngine:
         if limit < 1:
             raise SpecError(f"limit must be at least 1, not {limit}", field="limit")
         job = await self.get_job(job_id, owner)
-        names = _selected_replicas(job, replicas)
-        starts = _start_seqs(names, since)
+        names = selected_replicas(job.id, [r.name for r in job.replicas], replicas)
+        starts = start_seqs(names, since)
         return await asyncio.to_thread(self._read_logs, self._files(job_id), starts, limit)
 
     async def follow(
@@ -159,10 +160,10 @@ class LocalEngine:
         if max_batch < 1:
             raise SpecError(f"max_batch must be at least 1, not {max_batch}", field="max_batch")
         job = await self.get_job(job_id, owner)
-        names = _selected_replicas(job, replicas)
+        names = selected_replicas(job.id, [r.name for r in job.replicas], replicas)
         files = self._files(job_id)
         readers = [LogReader(files.logs, name) for name in names]
-        starts = _start_seqs(names, since)
+        starts = start_seqs(names, since)
         watcher = self._watch(job_id, job)
         follower = _Follower(watcher, readers, starts, max_batch)
         try:
@@ -762,28 +763,3 @@ def _to_job(job: dict[str, Any], status: JobStatus) -> Job:
         failed_replica=status.failed_replica,
         last_lines=status.last_lines,
     )
-
-
-def _selected_replicas(job: Job, replicas: set[str] | None) -> list[str]:
-    names = [replica.name for replica in job.replicas]
-    if replicas is None:
-        return names
-    unknown = sorted(replicas - set(names))
-    if unknown:
-        raise SpecError(
-            f"job {job.id} has no replica {', '.join(unknown)}; its replicas are "
-            f"{', '.join(names)}",
-            field="replicas",
-        )
-    return [name for name in names if name in replicas]
-
-
-def _start_seqs(names: list[str], since: Cursor | None) -> dict[str, int]:
-    since = since or {}
-    starts = {}
-    for name in names:
-        seq = since.get(name, 0)
-        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-            raise SpecError(f"the cursor for {name} must be a seq >= 0, not {seq!r}", field="since")
-        starts[name] = seq
-    return starts
