@@ -29,6 +29,11 @@ from .supervisor import (
 
 LAST_LINES = 20
 _READ_SIZE = 64 * 1024
+# After the job succeeds, how long the other replicas may take to end on their own (PyTorch
+# workers end just after the master) before they are stopped; at most the grace period.
+SUCCESS_DRAIN_SECONDS = 2.0
+# Roles that serve until stopped: never waited for.
+_SERVING_ROLES = frozenset({"ps"})
 
 
 def run(launch: Launch) -> int:
@@ -56,6 +61,7 @@ class _Replica:
         self.exited = asyncio.Event()
         self.startup_timer: asyncio.TimerHandle | None = None
         self.hung_reason: str | None = None  # set when it was killed as hung at start-up
+        self.stopped = False  # signalled to stop once the job's outcome was decided
 
     @property
     def running(self) -> bool:
@@ -222,8 +228,11 @@ class Supervisor:
         cause = replica.hung_reason if code != 0 and replica.hung_reason else describe_exit(code)
         status.finished_at = time.time()
         if self._outcome is not None and self._outcome.done():
-            status.state = self._stop_state
-            status.reason = self._stop_reason
+            if replica.stopped or self.status.state != JobState.SUCCEEDED:
+                status.state, status.reason = self._stop_state, self._stop_reason
+            else:  # ended on its own after the job succeeded: as its exit says
+                status.state = JobState.SUCCEEDED if code == 0 else JobState.FAILED
+                status.reason = None if code == 0 else cause
         elif code == 0:
             status.state = JobState.SUCCEEDED
             self._check_success()
@@ -292,8 +301,11 @@ class Supervisor:
         self._write_status()
 
     async def _stop_all(self) -> None:
+        if self.status.state == JobState.SUCCEEDED:
+            await self._let_finish()
         running = [r for r in self.replicas.values() if r.running]
         for replica in running:
+            replica.stopped = True
             _signal_group(replica, signal.SIGTERM)
         waits = [asyncio.create_task(r.exited.wait()) for r in running]
         if not waits:
@@ -308,6 +320,20 @@ class Supervisor:
                     )
                     _signal_group(replica, signal.SIGKILL)
             await asyncio.wait(pending)
+
+    async def _let_finish(self) -> None:
+        """Gives the replicas still running after the job succeeded a moment to end on their
+        own, so the last lines they print (a worker's final metrics) are not cut off."""
+        finishing = [
+            asyncio.create_task(r.exited.wait())
+            for r in self.replicas.values()
+            if r.running and r.status.role not in _SERVING_ROLES
+        ]
+        if finishing:
+            timeout = min(SUCCESS_DRAIN_SECONDS, self.runtime.grace_seconds)
+            _, pending = await asyncio.wait(finishing, timeout=timeout)
+            for task in pending:
+                task.cancel()
 
     def _write_status(self) -> None:
         write_json_atomic(self.files.status, self.status.to_json())
