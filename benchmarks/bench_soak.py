@@ -2,6 +2,8 @@
 
     python benchmarks/bench_soak.py [--jobs 50] [--replicas 4] [--viewers 4] [--duration 180]
     python benchmarks/bench_soak.py --quick     # 10 jobs for 20 s: a check that it all works
+    python benchmarks/bench_soak.py --compare   # the same soak with the replicas at niceness 0
+                                                # (the baseline), then at --nice; side by side
 
 One `jupyter_server` process with the distrun extension and the local engine runs `--jobs` jobs
 of `--replicas` replicas; each replica prints numbered lines at `--rate` lines per second for
@@ -15,6 +17,9 @@ a 10 ms sleep, measured inside the server by a probe extension loaded beside dis
 `--warmup` seconds, against the 100 ms bound; the server's RSS, open file descriptors and
 threads after warm-up and at the end. Exits 1 if any line was lost, repeated or altered or a
 job did not succeed; lag and memory are reported, not enforced (`--strict` enforces them too).
+
+The local engine runs replicas at niceness 10 by default (`LocalEngine.nice`), below the server;
+`--nice` sets it for the soak, and `--compare` measures what that buys against niceness 0.
 """
 
 import argparse
@@ -115,9 +120,21 @@ class Viewer:
         )
 
 
+@dataclass
+class Outcome:
+    """One soak's verdict and the figures compared side by side."""
+
+    code: int  # 0, or 1 on loss (or, with --strict, lag or memory over bound)
+    lag_max: float | None = None
+    lag_p99: float | None = None
+    loop_cpu_p99: float | None = None
+    load: float = 0.0
+
+
 class Server:
-    def __init__(self, root: Path, jobs: int) -> None:
+    def __init__(self, root: Path, jobs: int, nice: int) -> None:
         self.root = root
+        self.nice = nice
         self.port = free_port()
         self.token = os.urandom(16).hex()
         self.lag_file = root / "lag.jsonl"
@@ -131,7 +148,7 @@ class Server:
 
     async def start(self) -> None:
         probe_dir = self.root / "probe"
-        probe_dir.mkdir()
+        probe_dir.mkdir(parents=True)
         (probe_dir / "soak_lag_probe.py").write_text(LAG_PROBE)
         config_dir = self.root / "config"
         config_dir.mkdir()
@@ -140,6 +157,12 @@ class Server:
             "DistrunApp": {
                 "state_dir": str(self.root / "state"),
                 "max_jobs_per_user": self.jobs + 10,
+                "engines": {
+                    "local": {
+                        "class": "distrun.engines.local.LocalEngine",
+                        "kwargs": {"nice": self.nice},
+                    }
+                },
             },
         }
         (config_dir / "jupyter_server_config.json").write_text(json.dumps(config))
@@ -258,8 +281,9 @@ class Server:
         return lags
 
 
-async def soak(args: argparse.Namespace, root: Path) -> int:
-    server = Server(root, args.jobs)
+async def soak(args: argparse.Namespace, root: Path, nice: int) -> Outcome:
+    print(f"\n== soak with the replicas at niceness {nice}")
+    server = Server(root, args.jobs, nice)
     await server.start()
     rng = random.Random(args.seed)
     try:
@@ -301,7 +325,7 @@ def report(
     finals: list[dict[str, Any]],
     samples: list[tuple[float, dict[str, float]]],
     server: Server,
-) -> int:
+) -> Outcome:
     warm = started + args.warmup
     failed_jobs = [job["id"] for job in finals if job["state"] != "succeeded"]
     broken = [viewer for viewer in viewers if viewer.errors or not viewer.complete]
@@ -317,11 +341,14 @@ def report(
         )
 
     probes = server.lags_since(warm)
+    outcome = Outcome(code=0, load=os.getloadavg()[0])
     lag_ok = True
     if probes:
         lags = [lag for lag, _ in probes]
         busy = [cpu for _, cpu in probes]
         worst, p99 = max(lags), percentile(lags, 0.99)
+        outcome.lag_max, outcome.lag_p99 = worst, p99
+        outcome.loop_cpu_p99 = percentile(busy, 0.99)
         lag_ok = worst <= LAG_BOUND
         print(
             f"event-loop lag after warm-up ({len(lags):,} probes): max {worst * 1000:.1f} ms, "
@@ -355,11 +382,42 @@ def report(
     for viewer in broken[:10]:
         print(f"LOSS: a viewer of {viewer.job_id}: {viewer.errors[:3] or 'incomplete'}")
     if failed_jobs or broken:
-        return 1
+        outcome.code = 1
+        return outcome
     print("nothing lost: every viewer got every line of every replica exactly once, in order")
     if args.strict and not (lag_ok and memory_ok):
-        return 1
-    return 0
+        outcome.code = 1
+    return outcome
+
+
+def compare(baseline: Outcome, niced: Outcome, nice: int) -> None:
+    """The two soaks side by side: what running replicas below the server buys."""
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value * 1000:8.1f} ms"
+
+    print(f"\n{'event-loop lag after warm-up':<34}{'niceness 0':>14}{f'niceness {nice}':>14}")
+    for label, field_name in (
+        ("max", "lag_max"),
+        ("p99", "lag_p99"),
+        ("loop CPU p99", "loop_cpu_p99"),
+    ):
+        print(
+            f"  {label:<32}{ms(getattr(baseline, field_name)):>14}"
+            f"{ms(getattr(niced, field_name)):>14}"
+        )
+    print(f"  {'load average at the end':<32}{baseline.load:>14.1f}{niced.load:>14.1f}")
+    if baseline.lag_max and niced.lag_max:
+        print(f"  max lag, niceness {nice} / niceness 0: {niced.lag_max / baseline.lag_max:.2f}")
+
+
+async def run(args: argparse.Namespace, root: Path) -> int:
+    if not args.compare:
+        return (await soak(args, root / "soak", args.nice)).code
+    baseline = await soak(args, root / "baseline", 0)
+    niced = await soak(args, root / "niced", args.nice)
+    compare(baseline, niced, args.nice)
+    return max(baseline.code, niced.code)
 
 
 def main() -> None:
@@ -373,6 +431,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--strict", action="store_true", help="also fail on lag or memory")
     parser.add_argument("--quick", action="store_true", help="10 jobs for 20 s")
+    parser.add_argument("--nice", type=int, default=10, help="the local engine's replica niceness")
+    parser.add_argument(
+        "--compare", action="store_true", help="first a baseline soak at niceness 0, then --nice"
+    )
     args = parser.parse_args()
     if args.quick:
         args.jobs, args.duration, args.warmup = 10, 20.0, 5.0
@@ -381,7 +443,7 @@ def main() -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="distrun-soak-") as root:
-        sys.exit(asyncio.run(soak(args, Path(root))))
+        sys.exit(asyncio.run(run(args, Path(root))))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ The replicas start before that module (and asyncio) is imported, so their own st
 overlaps the supervisor's: keep this module's imports to what starting them needs.
 """
 
+import contextlib
 import ctypes
 import json
 import os
@@ -58,6 +59,7 @@ class Runtime:
     entrypoint: str  # "main.py" or "main.ipy"
     grace_seconds: float
     max_log_line_bytes: int
+    nice: int = 0  # the least niceness of the supervisor and replicas (older jobs: none)
 
     def argv(self) -> list[str]:
         return entrypoint_argv(self.python, self.entrypoint)
@@ -204,9 +206,8 @@ def spawn_replica(argv: list[str], cwd: Path, env: dict[str, str]) -> Spawned:
             stdin=subprocess.DEVNULL,
             stdout=write_end,
             stderr=write_end,
-            start_new_session=True,
             # The supervisor runs no threads, so a preexec_fn is safe here.
-            preexec_fn=_die_with_parent(os.getpid()),  # noqa: PLW1509
+            preexec_fn=_own_group_dying_with(os.getpid()),  # noqa: PLW1509
         )
     except OSError:
         os.close(read_end)
@@ -236,6 +237,7 @@ class Launch:
         self.failed: tuple[str, OSError] | None = None  # the replica that could not start
 
     def start(self) -> None:
+        lower_priority(self.runtime.nice)  # before the replicas: they inherit it
         self.started_at = time.time()
         for name, env in self.envs.items():
             try:
@@ -257,16 +259,33 @@ class Launch:
         return str(path)
 
 
-def _die_with_parent(parent: int) -> Callable[[], None]:
-    """A preexec_fn: the replica gets SIGKILL when the supervisor dies, so none outlives it."""
+def _own_group_dying_with(parent: int) -> Callable[[], None]:
+    """A preexec_fn: the replica leads its own process group (so a cancel signals all it
+    started) in the supervisor's session, and gets SIGKILL when the supervisor dies, so none
+    outlives it. Not a session of its own: that would be a scheduling group of its own too."""
     libc = ctypes.CDLL(None, use_errno=True)
 
-    def set_parent_death_signal() -> None:
+    def set_group_and_parent_death_signal() -> None:
+        os.setpgid(0, 0)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the supervisor died before prctl took effect
             os.kill(os.getpid(), signal.SIGKILL)
 
-    return set_parent_death_signal
+    return set_group_and_parent_death_signal
+
+
+def lower_priority(nice: int) -> None:
+    """Runs this process, and the replicas it starts, at niceness `nice` or more, so jobs on
+    the server's own machine never starve the server of CPU. The supervisor leads a session,
+    which Linux's autogroup scheduler weighs as a group against every other session, the
+    server's included: a process's niceness alone only counts inside its group, so the
+    group's niceness is set too."""
+    if nice <= 0:
+        return
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, max(nice, os.getpriority(os.PRIO_PROCESS, 0)))
+    with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as autogroup:
+        autogroup.write(str(nice))  # absent without autogroup (or outside Linux): nothing to do
 
 
 def _loopback_addresses(names: list[str]) -> Addresses:

@@ -295,6 +295,33 @@ async def test_a_job_past_its_deadline_fails_with_deadline_exceeded(
     assert all(replica.state == JobState.CANCELLED for replica in final.replicas)
 
 
+async def test_after_success_the_other_replicas_may_finish_before_they_are_stopped(
+    make_local_engine: EngineFactory,
+) -> None:
+    code = """
+        import os, time
+        replica = os.environ["DISTRUN_REPLICA"]
+        if replica == "worker-0":
+            time.sleep(0.3)  # the master is done: a worker's last lines come a moment later
+            print("final metrics of worker-0", flush=True)
+        elif replica == "worker-1":
+            print("serving", flush=True)
+            time.sleep(120)  # never ends on its own: stopped after the drain
+    """
+    engine = make_local_engine(grace_seconds=5.0)
+    pytorch = spec(
+        code, framework="pytorch", roles={"master": {"replicas": 1}, "worker": {"replicas": 2}}
+    )
+    job = await engine.submit(pytorch, "alice")
+    final, lines = await follow_to_end(engine, job)
+    assert final.state == JobState.SUCCEEDED, final.reason
+    assert "final metrics of worker-0" in [line.text for line in lines]
+    states = {r.name: (r.state, r.exit_code, r.reason) for r in final.replicas}
+    assert states["master-0"] == (JobState.SUCCEEDED, 0, None)
+    assert states["worker-0"] == (JobState.SUCCEEDED, 0, None), "it ended on its own"
+    assert states["worker-1"] == (JobState.SUCCEEDED, -signal.SIGTERM, "stopped: the job succeeded")
+
+
 async def test_cancel_kills_every_replica_process_group(local_engine: LocalEngine) -> None:
     code = """
         import os, signal, subprocess, sys, time
@@ -320,6 +347,35 @@ async def test_cancel_kills_every_replica_process_group(local_engine: LocalEngin
     await wait_until(lambda: all(gone(pid) for pid in children + replicas), "all processes end")
     again = await local_engine.cancel(job.id, "alice")
     assert again.state == JobState.CANCELLED and again.finished_at == cancelled.finished_at
+
+
+@pytest.mark.parametrize("nice", [10, 0])
+async def test_replicas_run_at_the_engines_niceness_in_the_supervisors_scheduling_group(
+    make_local_engine: EngineFactory, nice: int
+) -> None:
+    code = """
+        import os
+        try:
+            with open("/proc/self/autogroup") as autogroup:
+                group = autogroup.read().strip()
+        except OSError:
+            group = "none"
+        print(os.getpriority(os.PRIO_PROCESS, 0), os.getpgid(0), os.getsid(0), group, flush=True)
+    """
+    engine = make_local_engine(nice=nice)
+    job = await engine.submit(spec(code, replicas=2), "alice")
+    final, lines = await follow_to_end(engine, job)
+    assert final.state == JobState.SUCCEEDED, final.reason
+    supervisor = json.loads((engine._files(job.id).supervisor).read_text())["pid"]
+    pids = job_status(engine, job)["pids"]
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    for line in lines:
+        priority, group, session, autogroup = line.text.split(" ", 3)
+        assert int(priority) == max(nice, ours), line
+        assert int(group) == pids[line.replica], "each replica leads its own process group"
+        assert int(session) == supervisor, "in the supervisor's session, not one of its own"
+        if autogroup != "none" and nice:  # Linux's autogroup scheduler weighs sessions
+            assert autogroup.endswith(f"nice {nice}"), autogroup
 
 
 async def test_a_restarted_server_sees_the_job_follows_its_logs_and_can_cancel_it(

@@ -85,10 +85,13 @@ class LocalEngine:
         limits: Limits,
         python: str = sys.executable,
         grace_seconds: float = 5.0,
+        nice: int = 10,
     ) -> None:
         self.limits = limits
         self.python = python
         self.grace_seconds = grace_seconds
+        # Replicas share this machine with the server: run them below it (0: beside it).
+        self.nice = nice
         self._jobs_dir = Path(state_dir) / "jobs"
         self._submit_lock = asyncio.Lock()
         self._watchers: dict[str, _JobWatcher] = {}
@@ -102,7 +105,7 @@ class LocalEngine:
             name=self.name,
             description="Runs every replica as a process on the Jupyter server's own machine.",
             available=True,
-            options={"python": self.python},
+            options={"python": self.python, "nice": self.nice},
         )
 
     async def submit(self, spec: JobSpec, owner: str) -> Job:
@@ -218,7 +221,7 @@ class LocalEngine:
                 f"the shipped files cannot be written: {error}", field="files"
             ) from None
         runtime = Runtime(
-            self.python, entrypoint, self.grace_seconds, self.limits.max_log_line_bytes
+            self.python, entrypoint, self.grace_seconds, self.limits.max_log_line_bytes, self.nice
         )
         job = {
             "id": files.dir.name,
