@@ -1,6 +1,16 @@
 """distrun: run a notebook cell as a distributed training job."""
 
-__version__ = "0.1.0"
+
+def __getattr__(name: str) -> str:
+    # Looked up on use only: the supervisor imports this package and must start fast.
+    if name != "__version__":
+        raise AttributeError(f"module 'distrun' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("distrun")  # package.json's, through pyproject.toml
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
 
 
 def _jupyter_server_extension_points() -> list[dict[str, object]]:

@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import distrun
+
 from .client import Client, client_from_env, read_files
 from .console import (
     EXIT_INTERRUPTED,
@@ -142,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="distrun",
         description="Run a notebook cell as a distributed training job and follow its logs.",
     )
+    parser.add_argument("--version", action="version", version=f"distrun {distrun.__version__}")
     _add_backend_flags(parser, None)
     # Subcommands accept the backend flags too; SUPPRESS keeps them from resetting the above.
     backend = argparse.ArgumentParser(add_help=False)
