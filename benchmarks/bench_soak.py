@@ -59,10 +59,19 @@ print("done", i, flush=True)
 # how much CPU the loop's thread used meanwhile (lag with little CPU is the machine's load
 # delaying the whole process, not code blocking the loop).
 LAG_PROBE = """\
-import asyncio, json, os, time
+import asyncio, gc, json, os, time
 
 def _jupyter_server_extension_points():
     return [{"module": "soak_lag_probe"}]
+
+_gc_started = [0.0]
+_gc_pauses = []  # (generation, seconds) of each collection since the last flush
+
+def _on_gc(phase, info):
+    if phase == "start":
+        _gc_started[0] = time.perf_counter()
+    else:
+        _gc_pauses.append((info["generation"], round(time.perf_counter() - _gc_started[0], 5)))
 
 async def _probe(path):
     loop = asyncio.get_running_loop()
@@ -73,10 +82,13 @@ async def _probe(path):
         window.append((round(loop.time() - start - 0.01, 5), round(time.thread_time() - cpu, 5)))
         if time.monotonic() - flushed >= 1.0:
             with open(path, "a") as out:
-                out.write(json.dumps({"time": time.time(), "lags": window}) + "\\n")
+                out.write(json.dumps({"time": time.time(), "lags": window, "gc": _gc_pauses}))
+                out.write("\\n")
             window, flushed = [], time.monotonic()
+            _gc_pauses.clear()
 
 def _load_jupyter_server_extension(serverapp):
+    gc.callbacks.append(_on_gc)
     serverapp.io_loop.add_callback(
         lambda: asyncio.ensure_future(_probe(os.environ["SOAK_LAG_FILE"]))
     )
@@ -128,6 +140,8 @@ class Outcome:
     lag_max: float | None = None
     lag_p99: float | None = None
     loop_cpu_p99: float | None = None
+    loop_cpu_max: float | None = None
+    gc_max: float | None = None
     load: float = 0.0
 
 
@@ -270,15 +284,14 @@ class Server:
         fields = stat[stat.rindex(")") + 2 :].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def lags_since(self, since: float) -> list[tuple[float, float]]:
-        """(lag, CPU seconds of the loop's thread meanwhile) for each probe after `since`."""
-        lags: list[tuple[float, float]] = []
-        if self.lag_file.exists():
-            for line in self.lag_file.read_text().splitlines():
-                window = json.loads(line)
-                if window["time"] >= since:
-                    lags += [(lag, cpu) for lag, cpu in window["lags"]]
-        return lags
+    def windows_since(self, since: float) -> list[dict[str, Any]]:
+        """The probe's one-second windows after `since`: "lags", each probe's (lag, CPU seconds
+        of the loop's thread meanwhile), and "gc", each garbage collection's (generation,
+        seconds)."""
+        if not self.lag_file.exists():
+            return []
+        windows = map(json.loads, self.lag_file.read_text().splitlines())
+        return [window for window in windows if window["time"] >= since]
 
 
 async def soak(args: argparse.Namespace, root: Path, nice: int) -> Outcome:
@@ -340,7 +353,8 @@ def report(
             f"{server.cpu_at_end / received * 1e6:.1f} us per delivered line"
         )
 
-    probes = server.lags_since(warm)
+    windows = server.windows_since(warm)
+    probes = [(lag, cpu) for window in windows for lag, cpu in window["lags"]]
     outcome = Outcome(code=0, load=os.getloadavg()[0])
     lag_ok = True
     if probes:
@@ -348,7 +362,7 @@ def report(
         busy = [cpu for _, cpu in probes]
         worst, p99 = max(lags), percentile(lags, 0.99)
         outcome.lag_max, outcome.lag_p99 = worst, p99
-        outcome.loop_cpu_p99 = percentile(busy, 0.99)
+        outcome.loop_cpu_p99, outcome.loop_cpu_max = percentile(busy, 0.99), max(busy)
         lag_ok = worst <= LAG_BOUND
         print(
             f"event-loop lag after warm-up ({len(lags):,} probes): max {worst * 1000:.1f} ms, "
@@ -359,6 +373,13 @@ def report(
             f"  CPU the loop's thread used within one probe: max {max(busy) * 1000:.1f} ms, "
             f"p99 {percentile(busy, 0.99) * 1000:.1f} ms (lag beyond it is the machine's load, "
             f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+        )
+        pauses = [(gen, seconds) for window in windows for gen, seconds in window["gc"]]
+        full = [seconds for gen, seconds in pauses if gen == 2]
+        outcome.gc_max = max((seconds for _, seconds in pauses), default=0.0)
+        print(
+            f"  garbage collections: {len(pauses):,}, the longest {outcome.gc_max * 1000:.1f} ms; "
+            f"{len(full)} full, the longest {max(full, default=0.0) * 1000:.1f} ms"
         )
     else:
         print("event-loop lag: no probe samples after warm-up (run longer than --warmup)")
@@ -400,7 +421,9 @@ def compare(baseline: Outcome, niced: Outcome, nice: int) -> None:
     for label, field_name in (
         ("max", "lag_max"),
         ("p99", "lag_p99"),
-        ("loop CPU p99", "loop_cpu_p99"),
+        ("loop CPU within a probe, p99", "loop_cpu_p99"),
+        ("loop CPU within a probe, max", "loop_cpu_max"),
+        ("longest GC pause", "gc_max"),
     ):
         print(
             f"  {label:<32}{ms(getattr(baseline, field_name)):>14}"
