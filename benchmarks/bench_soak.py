@@ -2,8 +2,8 @@
 
     python benchmarks/bench_soak.py [--jobs 50] [--replicas 4] [--viewers 4] [--duration 180]
     python benchmarks/bench_soak.py --quick     # 10 jobs for 20 s: a check that it all works
-    python benchmarks/bench_soak.py --compare   # the same soak with the replicas at niceness 0
-                                                # (the baseline), then at --nice; side by side
+    python benchmarks/bench_soak.py --compare   # first a baseline soak without distrun's two
+                                                # load measures, then with them; side by side
 
 One `jupyter_server` process with the distrun extension and the local engine runs `--jobs` jobs
 of `--replicas` replicas; each replica prints numbered lines at `--rate` lines per second for
@@ -18,8 +18,11 @@ a 10 ms sleep, measured inside the server by a probe extension loaded beside dis
 threads after warm-up and at the end. Exits 1 if any line was lost, repeated or altered or a
 job did not succeed; lag and memory are reported, not enforced (`--strict` enforces them too).
 
-The local engine runs replicas at niceness 10 by default (`LocalEngine.nice`), below the server;
-`--nice` sets it for the soak, and `--compare` measures what that buys against niceness 0.
+Two settings keep the loop responsive under load: the server freezes its start-up heap
+(`DistrunApp.freeze_startup_heap`), so full garbage collections stop scanning it, and the local
+engine runs replicas at niceness 10 (`LocalEngine.nice`), below the server. `--nice` and
+`--no-freeze` set them for the soak; `--compare` first runs a baseline with neither (niceness 0,
+no freeze), then the soak as set, and prints both side by side.
 """
 
 import argparse
@@ -132,6 +135,18 @@ class Viewer:
         )
 
 
+@dataclass(frozen=True)
+class Settings:
+    """What distrun does against load, as set for one soak."""
+
+    nice: int  # the local engine's replica niceness
+    freeze: bool  # the server freezes its start-up heap
+
+    def __str__(self) -> str:
+        frozen = "frozen" if self.freeze else "not frozen"
+        return f"replicas at niceness {self.nice}, the server's start-up heap {frozen}"
+
+
 @dataclass
 class Outcome:
     """One soak's verdict and the figures compared side by side."""
@@ -146,9 +161,9 @@ class Outcome:
 
 
 class Server:
-    def __init__(self, root: Path, jobs: int, nice: int) -> None:
+    def __init__(self, root: Path, jobs: int, settings: "Settings") -> None:
         self.root = root
-        self.nice = nice
+        self.settings = settings
         self.port = free_port()
         self.token = os.urandom(16).hex()
         self.lag_file = root / "lag.jsonl"
@@ -171,10 +186,11 @@ class Server:
             "DistrunApp": {
                 "state_dir": str(self.root / "state"),
                 "max_jobs_per_user": self.jobs + 10,
+                "freeze_startup_heap": self.settings.freeze,
                 "engines": {
                     "local": {
                         "class": "distrun.engines.local.LocalEngine",
-                        "kwargs": {"nice": self.nice},
+                        "kwargs": {"nice": self.settings.nice},
                     }
                 },
             },
@@ -294,9 +310,9 @@ class Server:
         return [window for window in windows if window["time"] >= since]
 
 
-async def soak(args: argparse.Namespace, root: Path, nice: int) -> Outcome:
-    print(f"\n== soak with the replicas at niceness {nice}")
-    server = Server(root, args.jobs, nice)
+async def soak(args: argparse.Namespace, root: Path, settings: "Settings") -> Outcome:
+    print(f"\n== soak: {settings}")
+    server = Server(root, args.jobs, settings)
     await server.start()
     rng = random.Random(args.seed)
     try:
@@ -411,13 +427,13 @@ def report(
     return outcome
 
 
-def compare(baseline: Outcome, niced: Outcome, nice: int) -> None:
-    """The two soaks side by side: what running replicas below the server buys."""
+def compare(baseline: Outcome, measured: Outcome) -> None:
+    """The two soaks side by side: what distrun's load measures buy."""
 
     def ms(value: float | None) -> str:
         return "-" if value is None else f"{value * 1000:8.1f} ms"
 
-    print(f"\n{'event-loop lag after warm-up':<34}{'niceness 0':>14}{f'niceness {nice}':>14}")
+    print(f"\n{'event-loop lag after warm-up':<34}{'baseline':>14}{'as set':>14}")
     for label, field_name in (
         ("max", "lag_max"),
         ("p99", "lag_p99"),
@@ -427,20 +443,21 @@ def compare(baseline: Outcome, niced: Outcome, nice: int) -> None:
     ):
         print(
             f"  {label:<32}{ms(getattr(baseline, field_name)):>14}"
-            f"{ms(getattr(niced, field_name)):>14}"
+            f"{ms(getattr(measured, field_name)):>14}"
         )
-    print(f"  {'load average at the end':<32}{baseline.load:>14.1f}{niced.load:>14.1f}")
-    if baseline.lag_max and niced.lag_max:
-        print(f"  max lag, niceness {nice} / niceness 0: {niced.lag_max / baseline.lag_max:.2f}")
+    print(f"  {'load average at the end':<32}{baseline.load:>14.1f}{measured.load:>14.1f}")
+    if baseline.lag_max and measured.lag_max:
+        print(f"  max lag, as set / baseline: {measured.lag_max / baseline.lag_max:.2f}")
 
 
 async def run(args: argparse.Namespace, root: Path) -> int:
+    settings = Settings(nice=args.nice, freeze=not args.no_freeze)
     if not args.compare:
-        return (await soak(args, root / "soak", args.nice)).code
-    baseline = await soak(args, root / "baseline", 0)
-    niced = await soak(args, root / "niced", args.nice)
-    compare(baseline, niced, args.nice)
-    return max(baseline.code, niced.code)
+        return (await soak(args, root / "soak", settings)).code
+    baseline = await soak(args, root / "baseline", Settings(nice=0, freeze=False))
+    measured = await soak(args, root / "measured", settings)
+    compare(baseline, measured)
+    return max(baseline.code, measured.code)
 
 
 def main() -> None:
@@ -456,7 +473,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="10 jobs for 20 s")
     parser.add_argument("--nice", type=int, default=10, help="the local engine's replica niceness")
     parser.add_argument(
-        "--compare", action="store_true", help="first a baseline soak at niceness 0, then --nice"
+        "--no-freeze", action="store_true", help="the server does not freeze its start-up heap"
+    )
+    parser.add_argument(
+        "--compare", action="store_true", help="first a baseline with neither measure, then this"
     )
     args = parser.parse_args()
     if args.quick:
