@@ -49,12 +49,18 @@ import os, sys, time
 replica = os.environ["DISTRUN_REPLICA"]
 rate = float(os.environ["SOAK_RATE"])
 end = time.monotonic() + float(os.environ["SOAK_DURATION"])
+busy = os.environ["SOAK_BUSY"] == "1"
 i = 0
 while time.monotonic() < end:
     sys.stdout.write(f"{replica} {i:08d} {'x' * 60}\\n")
     sys.stdout.flush()
     i += 1
-    time.sleep(1 / rate)
+    pause_until = time.monotonic() + 1 / rate
+    if busy:  # compute between lines, as training does, instead of sleeping
+        while time.monotonic() < pause_until:
+            pass
+    else:
+        time.sleep(1 / rate)
 print("done", i, flush=True)
 """
 
@@ -320,7 +326,11 @@ async def soak(args: argparse.Namespace, root: Path, settings: "Settings") -> Ou
             "framework": "generic",
             "roles": {"worker": {"replicas": args.replicas}},
             "code": REPLICA_CODE,
-            "env": {"SOAK_RATE": str(args.rate), "SOAK_DURATION": str(args.duration)},
+            "env": {
+                "SOAK_RATE": str(args.rate),
+                "SOAK_DURATION": str(args.duration),
+                "SOAK_BUSY": "1" if args.busy else "0",
+            },
         }
         started = time.time()
         jobs = await asyncio.gather(
@@ -469,6 +479,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="lines per second per replica")
     parser.add_argument("--warmup", type=float, default=30.0, help="seconds not measured")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--busy", action="store_true", help="replicas compute between lines instead of sleeping"
+    )
     parser.add_argument("--strict", action="store_true", help="also fail on lag or memory")
     parser.add_argument("--quick", action="store_true", help="10 jobs for 20 s")
     parser.add_argument("--nice", type=int, default=10, help="the local engine's replica niceness")
