@@ -50,6 +50,7 @@ async def create_pod(
     lines: tuple[str, ...] = (),
     annotations: dict[str, str] | None = None,
     gpus: int = 0,
+    restart_policy: str = "OnFailure",
 ) -> PodLog:
     """A pod as the job's controller makes it, whose log kwok serves from a fresh file."""
     meta = owner["metadata"]
@@ -76,7 +77,7 @@ async def create_pod(
             ],
         },
         "spec": {
-            "restartPolicy": "OnFailure",
+            "restartPolicy": restart_policy,
             "containers": [
                 {
                     "name": container,

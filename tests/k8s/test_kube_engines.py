@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from distrun.engines.base import Job, JobState, JobUpdate, LogBatch, LogLine
+from distrun.engines.base import JobState, JobUpdate, LogBatch, LogLine
 from distrun.engines.kube_engine import KubeEngine
 from distrun.engines.kubeflow import KubeflowEngine
 from distrun.engines.trainer import TrainerEngine
@@ -22,6 +22,7 @@ from distrun.errors import Forbidden, NotFound
 from distrun.spec import JobSpec
 
 from .cluster import KubeCluster
+from .operator_sim import create_pod, get_custom, pytorch_pod_labels, set_job_conditions
 
 pytestmark = pytest.mark.kubernetes
 
@@ -63,88 +64,6 @@ async def is_gone(read: Callable[[], Any]) -> bool:
     except client.exceptions.ApiException as error:
         return error.status == 404
     return False
-
-
-async def create_operator_pod(
-    cluster: KubeCluster,
-    api: Any,
-    namespace: str,
-    owner: dict[str, Any],
-    *,
-    name: str,
-    labels: dict[str, str],
-    container: str,
-    lines: list[str] = (),  # type: ignore[assignment]
-    annotations: dict[str, str] | None = None,
-) -> Any:
-    """A pod as the job's controller would make it, whose log kwok serves from a fresh file."""
-    log = cluster.pod_log(namespace, name)
-    if lines:
-        log.write(*lines)
-    meta = owner["metadata"]
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "labels": labels,
-            "annotations": annotations or {},
-            "ownerReferences": [
-                {
-                    "apiVersion": owner["apiVersion"],
-                    "kind": owner["kind"],
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                }
-            ],
-        },
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [{"name": container, "image": "registry.invalid/x:1", "command": ["x"]}],
-        },
-    }
-    await client.CoreV1Api(api).create_namespaced_pod(namespace, body)
-    return log
-
-
-def pytorch_pod_labels(job_id: str, role: str, index: int) -> dict[str, str]:
-    return {
-        "training.kubeflow.org/job-name": job_id,
-        "training.kubeflow.org/replica-type": role,
-        "training.kubeflow.org/replica-index": str(index),
-        "training.kubeflow.org/operator-name": "pytorchjob-controller",
-    }
-
-
-async def patch_conditions(
-    api: Any, namespace: str, job: Job, plural: str, *conditions: str
-) -> None:
-    """Set the job's status conditions through the status subresource, as the operator does."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    status = {
-        "conditions": [
-            {
-                "type": kind,
-                "status": "True",
-                "reason": kind,
-                "message": f"job {kind.lower()}",
-                "lastTransitionTime": now,
-                "lastUpdateTime": now,
-            }
-            for kind in conditions
-        ],
-        "replicaStatuses": {},
-    }
-    await client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-        "kubeflow.org",
-        "v1",
-        namespace,
-        plural,
-        job.id,
-        {"status": status},
-        _content_type="application/merge-patch+json",
-    )
 
 
 async def collect(events: AsyncIterator[Any], until: Callable[[list[Any]], bool]) -> list[Any]:
@@ -248,9 +167,10 @@ async def test_status_follows_the_operators_conditions_and_the_last_terminal_one
 ) -> None:
     engine = engines["kubeflow"]
     job = await engine.submit(spec(), "alice")
-    await patch_conditions(kube_admin, kube_namespace, job, "pytorchjobs", "Created", "Running")
+    stored = await get_custom(kube_admin, kube_namespace, "kubeflow.org/v1/pytorchjobs", job.id)
+    await set_job_conditions(kube_admin, stored, "Created", "Running")
     assert (await engine.get_job(job.id, "alice")).state == JobState.RUNNING
-    await patch_conditions(kube_admin, kube_namespace, job, "pytorchjobs", "Created", "Failed")
+    await set_job_conditions(kube_admin, stored, "Created", "Failed")
     failed = await engine.get_job(job.id, "alice")
     assert failed.state == JobState.FAILED and failed.reason == "job failed"
 
@@ -297,9 +217,7 @@ async def test_follow_picks_up_late_and_replaced_pods_and_seqs_continue(
 ) -> None:
     engine = engines["kubeflow"]
     job = await engine.submit(spec(roles={"worker": {"replicas": 1}}), "alice")
-    owner = await client.CustomObjectsApi(kube_admin).get_namespaced_custom_object(
-        "kubeflow.org", "v1", kube_namespace, "pytorchjobs", job.id
-    )
+    owner = await get_custom(kube_admin, kube_namespace, "kubeflow.org/v1/pytorchjobs", job.id)
     events = engine.follow(job.id, "alice")
     seen: list[Any] = []
     done = asyncio.Event()
@@ -312,27 +230,27 @@ async def test_follow_picks_up_late_and_replaced_pods_and_seqs_continue(
     consumer = asyncio.create_task(consume())
     try:
         # The master starts late (after the follow began) and stays Pending for a second.
-        master_log = await create_operator_pod(
+        master_log = await create_pod(
             kube_cluster,
             kube_admin,
-            kube_namespace,
             owner,
+            restart_policy="Never",
             name=f"{job.id}-master-0",
             labels=pytorch_pod_labels(job.id, "master", 0),
             container="pytorch",
-            lines=["m0", "m1"],
+            lines=("m0", "m1"),
             annotations={"kwok.distrun.test/start-after": "1s"},
         )
         # The worker's first pod fails after two lines; the operator replaces it.
-        await create_operator_pod(
+        await create_pod(
             kube_cluster,
             kube_admin,
-            kube_namespace,
             owner,
+            restart_policy="Never",
             name=f"{job.id}-worker-0",
             labels=pytorch_pod_labels(job.id, "worker", 0),
             container="pytorch",
-            lines=["w0", "w1"],
+            lines=("w0", "w1"),
             annotations={"kwok.distrun.test/exit-code": "1"},
         )
         await eventually(
@@ -347,15 +265,15 @@ async def test_follow_picks_up_late_and_replaced_pods_and_seqs_continue(
         )
         core = client.CoreV1Api(kube_admin)
         await core.delete_namespaced_pod(f"{job.id}-worker-0", kube_namespace)
-        await create_operator_pod(
+        await create_pod(
             kube_cluster,
             kube_admin,
-            kube_namespace,
             owner,
+            restart_policy="Never",
             name=f"{job.id}-worker-0-retry",
             labels=pytorch_pod_labels(job.id, "worker", 0),
             container="pytorch",
-            lines=["w2"],
+            lines=("w2",),
         )
         master_log.write("m2")
         await eventually(
@@ -363,7 +281,7 @@ async def test_follow_picks_up_late_and_replaced_pods_and_seqs_continue(
             lambda texts: {"w2", "m2"} <= set(texts),
             "lines of the replaced worker and new master lines",
         )
-        await patch_conditions(kube_admin, kube_namespace, job, "pytorchjobs", "Succeeded")
+        await set_job_conditions(kube_admin, owner, "Succeeded")
         await asyncio.wait_for(done.wait(), WAIT)
     finally:
         consumer.cancel()
@@ -390,18 +308,16 @@ async def test_follow_resumes_from_a_cursor_without_repeating(
 ) -> None:
     engine = engines["kubeflow"]
     job = await engine.submit(spec(roles={"worker": {"replicas": 0}}), "alice")
-    owner = await client.CustomObjectsApi(kube_admin).get_namespaced_custom_object(
-        "kubeflow.org", "v1", kube_namespace, "pytorchjobs", job.id
-    )
-    await create_operator_pod(
+    owner = await get_custom(kube_admin, kube_namespace, "kubeflow.org/v1/pytorchjobs", job.id)
+    await create_pod(
         kube_cluster,
         kube_admin,
-        kube_namespace,
         owner,
+        restart_policy="Never",
         name=f"{job.id}-master-0",
         labels=pytorch_pod_labels(job.id, "master", 0),
         container="pytorch",
-        lines=[f"line {i}" for i in range(10)],
+        lines=tuple(f"line {i}" for i in range(10)),
         annotations={"kwok.distrun.test/exit-code": "0"},
     )
     await eventually(
@@ -409,7 +325,7 @@ async def test_follow_resumes_from_a_cursor_without_repeating(
         lambda j: j.replicas[0].state == JobState.SUCCEEDED,
         "the master to succeed",
     )
-    await patch_conditions(kube_admin, kube_namespace, job, "pytorchjobs", "Succeeded")
+    await set_job_conditions(kube_admin, owner, "Succeeded")
     events = await collect(engine.follow(job.id, "alice", since={"master-0": 7}), lambda _: False)
     assert [(l.seq, l.text) for l in lines_of(events)] == [
         (7, "line 7"),
@@ -440,3 +356,53 @@ async def test_cancel_deletes_the_job_in_the_foreground_and_the_configmap_goes_w
     )
     with pytest.raises(NotFound):
         await engine.get_job(job.id, "alice")
+
+
+async def test_a_failed_replica_is_named_with_its_exit_and_last_lines_and_no_pod_outlives_the_job(
+    kube_cluster: KubeCluster, engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
+) -> None:
+    engine = engines["kubeflow"]
+    job = await engine.submit(spec(roles={"worker": {"replicas": 1}}), "alice")
+    owner = await get_custom(kube_admin, kube_namespace, "kubeflow.org/v1/pytorchjobs", job.id)
+    await create_pod(
+        kube_cluster,
+        kube_admin,
+        owner,
+        name=f"{job.id}-master-0",
+        labels=pytorch_pod_labels(job.id, "master", 0),
+        container="pytorch",
+        lines=("m0",),
+        restart_policy="Never",
+    )
+    await create_pod(
+        kube_cluster,
+        kube_admin,
+        owner,
+        name=f"{job.id}-worker-0",
+        labels=pytorch_pod_labels(job.id, "worker", 0),
+        container="pytorch",
+        lines=("w0", "Traceback (most recent call last):", "RuntimeError: boom"),
+        annotations={"kwok.distrun.test/exit-code": "3", "kwok.distrun.test/message": "boom"},
+        restart_policy="Never",
+    )
+    await set_job_conditions(kube_admin, owner, "Created", "Failed")
+
+    failed = await eventually(
+        lambda: engine.get_job(job.id, "alice"),
+        lambda j: j.failed_replica is not None,
+        "the failed replica to be named",
+    )
+    assert failed.state == JobState.FAILED
+    assert failed.failed_replica == "worker-0"
+    worker = next(r for r in failed.replicas if r.name == "worker-0")
+    assert (worker.exit_code, worker.reason) == (3, "exited with code 3: boom")
+    assert failed.last_lines == ["w0", "Traceback (most recent call last):", "RuntimeError: boom"]
+
+    await engine.delete(job.id, "alice")
+    core = client.CoreV1Api(kube_admin)
+    selector = f"training.kubeflow.org/job-name={job.id}"
+    await eventually(
+        lambda: core.list_namespaced_pod(kube_namespace, label_selector=selector),
+        lambda pods: pods.items == [],
+        "the garbage collector to delete every pod of the job",
+    )
