@@ -5,6 +5,7 @@ import base64
 import json
 import os
 import signal
+import sys
 import textwrap
 import time
 from collections.abc import Callable
@@ -14,7 +15,7 @@ import pytest
 
 from distrun.engines.base import Job, JobState, JobUpdate, LogBatch, LogLine
 from distrun.engines.local import LOST_REASON, LocalEngine
-from distrun.errors import LimitExceeded, NotFound, SpecError
+from distrun.errors import EngineError, LimitExceeded, NotFound, SpecError
 from distrun.spec import JobSpec, Limits
 from distrun.supervisor import process_start_time
 
@@ -94,6 +95,22 @@ def by_replica(lines: list[LogLine]) -> dict[str, list[LogLine]]:
 def job_status(engine: LocalEngine, job: Job) -> dict[str, Any]:
     path = engine._jobs_dir / job.id / "status.json"
     return dict(json.loads(path.read_text()))
+
+
+async def test_off_linux_the_engine_says_it_is_unavailable_and_refuses_jobs_in_words(
+    local_engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "platform", "darwin")
+    info = await local_engine.info()
+    assert not info.available
+    assert info.reason is not None and "Linux only" in info.reason and "darwin" in info.reason
+    with pytest.raises(EngineError, match="Linux only"):
+        await local_engine.submit(spec("print('hi')"), "alice")
+    assert await local_engine.list_jobs("alice") == []
+
+
+async def test_on_linux_it_is_available(local_engine: LocalEngine) -> None:
+    assert (await local_engine.info()).available
 
 
 async def test_multi_replica_job_succeeds_and_every_line_arrives_with_gap_free_seqs(

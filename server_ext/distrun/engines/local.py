@@ -101,14 +101,19 @@ class LocalEngine:
         self._inotify_handlers: dict[int, tuple[Callable[[int, int], None], bool]] = {}
 
     async def info(self) -> EngineInfo:
+        unsupported = unsupported_platform_reason()
         return EngineInfo(
             name=self.name,
             description="Runs every replica as a process on the Jupyter server's own machine.",
-            available=True,
+            available=unsupported is None,
+            reason=unsupported,
             options={"python": self.python, "nice": self.nice},
         )
 
     async def submit(self, spec: JobSpec, owner: str) -> Job:
+        unsupported = unsupported_platform_reason()
+        if unsupported is not None:
+            raise EngineError(unsupported)
         async with self._submit_lock:  # the unfinished-job count must not race
             unfinished = [job for job in await self.list_jobs(owner) if not job.state.terminal]
             if len(unfinished) >= self.limits.max_jobs_per_user:
@@ -631,6 +636,17 @@ class _JobWatcher:
         self.version += 1
         self._changed.set()
         self._changed = asyncio.Event()
+
+
+def unsupported_platform_reason() -> str | None:
+    """Why this machine cannot run the local engine, or None. Its supervisor owns replicas
+    through Linux's pidfds, /proc and PR_SET_PDEATHSIG (Linux 5.3 or later)."""
+    if sys.platform.startswith("linux") and hasattr(os, "pidfd_open"):
+        return None
+    return (
+        f"the local engine runs on Linux only (5.3 or later) and this server runs on "
+        f"{sys.platform}: use a Kubernetes engine, or run JupyterLab in a Linux container"
+    )
 
 
 def _fingerprint(path: str) -> object:
