@@ -21,7 +21,7 @@ from distrun.engines.volcano import VolcanoEngine
 from distrun.errors import Forbidden, NotFound
 from distrun.spec import JobSpec
 
-from .cluster import KubeCluster
+from .cluster import KubeCluster, PodLog
 from .operator_sim import create_pod, get_custom, pytorch_pod_labels, set_job_conditions
 
 pytestmark = pytest.mark.kubernetes
@@ -64,6 +64,24 @@ async def is_gone(read: Callable[[], Any]) -> bool:
     except client.exceptions.ApiException as error:
         return error.status == 404
     return False
+
+
+async def pytorch_pod(
+    cluster: KubeCluster, api: Any, owner: dict[str, Any], role: str, **fields: Any
+) -> PodLog:
+    """Replica `role`-0 of the PyTorchJob `owner`, as the operator makes it (`name` may be
+    given, as for a replacement pod)."""
+    job_id = owner["metadata"]["name"]
+    fields.setdefault("name", f"{job_id}-{role}-0")
+    return await create_pod(
+        cluster,
+        api,
+        owner,
+        labels=pytorch_pod_labels(job_id, role, 0),
+        container="pytorch",
+        restart_policy="Never",
+        **fields,
+    )
 
 
 async def collect(events: AsyncIterator[Any], until: Callable[[list[Any]], bool]) -> list[Any]:
@@ -230,26 +248,20 @@ async def test_follow_picks_up_late_and_replaced_pods_and_seqs_continue(
     consumer = asyncio.create_task(consume())
     try:
         # The master starts late (after the follow began) and stays Pending for a second.
-        master_log = await create_pod(
+        master_log = await pytorch_pod(
             kube_cluster,
             kube_admin,
             owner,
-            restart_policy="Never",
-            name=f"{job.id}-master-0",
-            labels=pytorch_pod_labels(job.id, "master", 0),
-            container="pytorch",
+            "master",
             lines=("m0", "m1"),
             annotations={"kwok.distrun.test/start-after": "1s"},
         )
         # The worker's first pod fails after two lines; the operator replaces it.
-        await create_pod(
+        await pytorch_pod(
             kube_cluster,
             kube_admin,
             owner,
-            restart_policy="Never",
-            name=f"{job.id}-worker-0",
-            labels=pytorch_pod_labels(job.id, "worker", 0),
-            container="pytorch",
+            "worker",
             lines=("w0", "w1"),
             annotations={"kwok.distrun.test/exit-code": "1"},
         )
@@ -265,14 +277,12 @@ async def test_follow_picks_up_late_and_replaced_pods_and_seqs_continue(
         )
         core = client.CoreV1Api(kube_admin)
         await core.delete_namespaced_pod(f"{job.id}-worker-0", kube_namespace)
-        await create_pod(
+        await pytorch_pod(
             kube_cluster,
             kube_admin,
             owner,
-            restart_policy="Never",
+            "worker",
             name=f"{job.id}-worker-0-retry",
-            labels=pytorch_pod_labels(job.id, "worker", 0),
-            container="pytorch",
             lines=("w2",),
         )
         master_log.write("m2")
@@ -309,14 +319,11 @@ async def test_follow_resumes_from_a_cursor_without_repeating(
     engine = engines["kubeflow"]
     job = await engine.submit(spec(roles={"worker": {"replicas": 0}}), "alice")
     owner = await get_custom(kube_admin, kube_namespace, "kubeflow.org/v1/pytorchjobs", job.id)
-    await create_pod(
+    await pytorch_pod(
         kube_cluster,
         kube_admin,
         owner,
-        restart_policy="Never",
-        name=f"{job.id}-master-0",
-        labels=pytorch_pod_labels(job.id, "master", 0),
-        container="pytorch",
+        "master",
         lines=tuple(f"line {i}" for i in range(10)),
         annotations={"kwok.distrun.test/exit-code": "0"},
     )
@@ -364,26 +371,20 @@ async def test_a_failed_replica_is_named_with_its_exit_and_last_lines_and_no_pod
     engine = engines["kubeflow"]
     job = await engine.submit(spec(roles={"worker": {"replicas": 1}}), "alice")
     owner = await get_custom(kube_admin, kube_namespace, "kubeflow.org/v1/pytorchjobs", job.id)
-    await create_pod(
+    await pytorch_pod(
         kube_cluster,
         kube_admin,
         owner,
-        name=f"{job.id}-master-0",
-        labels=pytorch_pod_labels(job.id, "master", 0),
-        container="pytorch",
+        "master",
         lines=("m0",),
-        restart_policy="Never",
     )
-    await create_pod(
+    await pytorch_pod(
         kube_cluster,
         kube_admin,
         owner,
-        name=f"{job.id}-worker-0",
-        labels=pytorch_pod_labels(job.id, "worker", 0),
-        container="pytorch",
+        "worker",
         lines=("w0", "Traceback (most recent call last):", "RuntimeError: boom"),
         annotations={"kwok.distrun.test/exit-code": "3", "kwok.distrun.test/message": "boom"},
-        restart_policy="Never",
     )
     await set_job_conditions(kube_admin, owner, "Created", "Failed")
 
