@@ -113,11 +113,17 @@ class PodLog:
 
     path: Path
 
-    def write(self, *lines: str, stream: str = "stdout") -> None:
-        # The CRI log format kubelets write: "<RFC 3339 time> <stream> F <line>".
+    def write(self, *lines: str | bytes, stream: str = "stdout", partial: bool = False) -> None:
+        """Append `lines`; with `partial`, pieces of a line not yet ended instead, as a kubelet
+        records a line longer than 16 KiB or written in parts: the API serves the pieces joined,
+        up to the next complete entry (and a last unended line without its newline)."""
+        # The CRI log format kubelets write: "<RFC 3339 time> <stream> <F|P> <line>".
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        with self.path.open("a", encoding="utf-8") as log:
-            log.writelines(f"{stamp} {stream} F {line}\n" for line in lines)
+        head = f"{stamp} {stream} {'P' if partial else 'F'} ".encode()
+        with self.path.open("ab") as log:
+            log.writelines(
+                head + (line.encode() if isinstance(line, str) else line) + b"\n" for line in lines
+            )
 
 
 @dataclass

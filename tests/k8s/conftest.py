@@ -4,7 +4,8 @@ The binaries are built (or taken from the cache) once collection is over, only w
 test needs the cluster, and outside any test's timeout: a cold build takes many minutes.
 `kube_cluster` starts the cluster once per session;
 `kube_admin` / `kube_alice` / `kube_bob` are `kubernetes_asyncio` ApiClients acting as each user;
-`kube_namespace` is a fresh namespace (admin-only) removed after the test.
+`kube_namespace` is a fresh namespace (admin-only) removed after the test;
+`servers` is two jupyter_server processes with the Kubernetes engines, per test module.
 Set DISTRUN_SKIP_K8S=1 to skip the tier; any other failure to build or start is an error.
 """
 
@@ -20,6 +21,13 @@ import pytest
 
 from .binaries import Binaries, BuildError, ensure_all
 from .cluster import KubeCluster
+from .distrun_server import (
+    DistrunServer,
+    delete_user_jobs,
+    engine_config,
+    prepare_server_identity,
+    running,
+)
 
 SKIP_REASON = (
     "\n\n    !!! Kubernetes tier SKIPPED because DISTRUN_SKIP_K8S=1: no real kube-apiserver, "
@@ -95,3 +103,16 @@ def kube_namespace(kube_cluster: KubeCluster) -> Iterator[str]:
     kube_cluster.create_namespace(name)
     yield name
     kube_cluster.delete_namespace(name)
+
+
+@pytest.fixture(scope="module")
+def servers(
+    kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[DistrunServer, DistrunServer]]:
+    """Two independent server processes with the same Kubernetes engines on the cluster, as
+    the distrun-server ServiceAccount; the jobs they made are removed after the module."""
+    kubeconfig = prepare_server_identity(kube_cluster, tmp_path_factory.mktemp("srv"))
+    engines = engine_config(kubeconfig)
+    with running(DistrunServer(engines), DistrunServer(engines)) as (first, second):
+        yield first, second
+    delete_user_jobs(kube_cluster)

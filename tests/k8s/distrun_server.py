@@ -274,6 +274,13 @@ def running(*servers: DistrunServer) -> Iterator[tuple[DistrunServer, ...]]:
             server.stop()
 
 
+async def submit_cell(server: DistrunServer, cell: str) -> dict[str, Any]:
+    """The job `cell` became, submitted by alice through the REST API."""
+    status, job = await server.call("alice", "distrun", "jobs", method="POST", body={"cell": cell})
+    assert status == 201, job
+    return dict(job)
+
+
 async def receive(ws: WebSocketClientConnection) -> dict[str, Any] | None:
     """The next JSON message of the log websocket; None once the server closed it."""
     message = await asyncio.wait_for(ws.read_message(), REQUEST_TIMEOUT)

@@ -23,6 +23,7 @@ from .distrun_server import (
     prepare_server_identity,
     receive,
     running,
+    submit_cell,
     unreachable_kubeconfig,
     user_namespace,
 )
@@ -64,12 +65,6 @@ def servers(
     with running(DistrunServer(engines), DistrunServer(second_engines)) as (first, second):
         yield first, second
     delete_user_jobs(kube_cluster)
-
-
-async def submit_cell(server: DistrunServer, cell: str = CELL) -> dict[str, Any]:
-    status, job = await server.call("alice", "distrun", "jobs", method="POST", body={"cell": cell})
-    assert status == 201, job
-    return dict(job)
 
 
 async def start_pods(
@@ -155,7 +150,7 @@ async def test_a_kubeflow_cell_streams_every_replica_through_one_websocket_with_
     servers: tuple[DistrunServer, DistrunServer], kube_cluster: KubeCluster, kube_admin: Any
 ) -> None:
     server, _ = servers
-    job = await submit_cell(server)
+    job = await submit_cell(server, CELL)
     job_id = job["id"]
     assert job["engine"] == "kubeflow" and job["owner"] == "alice"
     assert [r["name"] for r in job["replicas"]] == ["master-0", "worker-0"]
@@ -225,7 +220,7 @@ async def test_bob_gets_404_for_everything_of_alices(
     servers: tuple[DistrunServer, DistrunServer], kube_cluster: KubeCluster, kube_admin: Any
 ) -> None:
     server, _ = servers
-    job = await submit_cell(server)
+    job = await submit_cell(server, CELL)
     job_id = job["id"]
     await start_pods(kube_cluster, kube_admin, job_id, master=("secret",))
     for method, path in (
@@ -261,7 +256,7 @@ async def test_another_server_and_a_restarted_one_serve_the_job_from_the_api_ser
     servers: tuple[DistrunServer, DistrunServer], kube_cluster: KubeCluster, kube_admin: Any
 ) -> None:
     first, second = servers
-    job = await submit_cell(first)
+    job = await submit_cell(first, CELL)
     job_id = job["id"]
     logs = await start_pods(kube_cluster, kube_admin, job_id, master=("m0", "m1"), worker=("w0",))
     ws = await first.websocket("alice", "distrun", "jobs", job_id, "logs", "stream")

@@ -6,8 +6,6 @@ ledger in the API server (after two restarts the first run's log is gone from th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,11 +14,7 @@ from tornado.websocket import WebSocketClientConnection
 from .cluster import KubeCluster
 from .distrun_server import (
     DistrunServer,
-    delete_user_jobs,
-    engine_config,
-    prepare_server_identity,
     receive,
-    running,
     user_namespace,
 )
 from .operator_sim import (
@@ -35,17 +29,6 @@ pytestmark = pytest.mark.kubernetes
 
 ALICE_NS = user_namespace("alice")
 MASTER_ONLY = "%engine=kubeflow\n%framework=pytorch\n%worker=0\nprint('hi')\n"
-
-
-@pytest.fixture(scope="module")
-def servers(
-    kube_cluster: KubeCluster, tmp_path_factory: Any
-) -> Iterator[tuple[DistrunServer, DistrunServer]]:
-    kubeconfig: Path = prepare_server_identity(kube_cluster, tmp_path_factory.mktemp("srv"))
-    engines = engine_config(kubeconfig)
-    with running(DistrunServer(engines), DistrunServer(engines)) as (first, second):
-        yield first, second
-    delete_user_jobs(kube_cluster)
 
 
 async def lines_until(

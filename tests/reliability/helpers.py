@@ -5,12 +5,12 @@ import asyncio
 import os
 import textwrap
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
-from distrun.engines.base import Job, JobUpdate, LogBatch, LogLine
+from distrun.engines.base import Job, JobUpdate, LogBatch, LogEvent, LogLine
 from distrun.engines.local import LocalEngine
 from distrun.spec import JobSpec
 
@@ -45,6 +45,24 @@ async def follow_to_end(
 
     await asyncio.wait_for(consume(), WAIT)
     return last, lines
+
+
+async def first_batch(events: AsyncIterator[LogEvent]) -> LogBatch:
+    async for event in events:
+        if isinstance(event, LogBatch):
+            return event
+    raise AssertionError("the job ended before its first line")
+
+
+async def read_all(events: AsyncIterator[LogEvent], checker: "SequenceChecker") -> Job | None:
+    """Checks every line to the end of `events`; the last job update."""
+    last = None
+    async for event in events:
+        if isinstance(event, LogBatch):
+            checker.check(event.lines)
+        else:
+            last = event.job
+    return last
 
 
 async def wait_for_job(

@@ -9,12 +9,11 @@ import asyncio
 import gc
 import random
 import tracemalloc
-from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 import pytest
 
-from distrun.engines.base import Job, JobState, LogBatch, LogEvent
+from distrun.engines.base import JobState, LogBatch
 from distrun.engines.local import LocalEngine
 from distrun.spec import JobSpec
 
@@ -22,8 +21,10 @@ from .helpers import (
     NUMBERED_LINES_CODE,
     WAIT,
     SequenceChecker,
+    first_batch,
     follow_to_end,
     open_fds,
+    read_all,
     spec,
     wait_until,
 )
@@ -36,23 +37,6 @@ MiB = 1024 * 1024
 def numbered_job(replicas: int, lines: int) -> JobSpec:
     env = {"FIDELITY_LINES": str(lines), "FIDELITY_SEED": "11"}
     return spec(NUMBERED_LINES_CODE, replicas=replicas, env=env)
-
-
-async def first_batch(events: AsyncIterator[LogEvent]) -> LogBatch:
-    async for event in events:
-        if isinstance(event, LogBatch):
-            return event
-    raise AssertionError("the job ended before its first line")
-
-
-async def read_all(events: AsyncIterator[LogEvent], checker: SequenceChecker) -> Job | None:
-    last = None
-    async for event in events:
-        if isinstance(event, LogBatch):
-            checker.check(event.lines)
-        else:
-            last = event.job
-    return last
 
 
 async def test_a_stalled_and_a_slow_follower_hold_no_memory_and_hold_up_no_one(

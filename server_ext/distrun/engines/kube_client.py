@@ -22,6 +22,8 @@ from ..errors import Conflict, DistrunError, EngineError, Forbidden, NotFound, S
 Obj = dict[str, Any]
 _NOT_DNS_RE = re.compile(r"[^a-z0-9-]+")
 WATCH_SECONDS = 240  # the server ends a watch after this; we reconnect from the last version
+# Bytes a followed log may hold unread before the socket is no longer read (see stream_log).
+LOG_STREAM_BUFFER = 64 * 1024
 
 
 async def new_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
@@ -188,6 +190,7 @@ class KubeApi:
         method = self.core.read_namespaced_pod_log
         kwargs = {"container": container, "timestamps": True, "follow": True}
         response = await self._raw(what, method, pod, namespace, **kwargs)
+        bound_read_buffer(response.content, LOG_STREAM_BUFFER)
         try:
             yield response
         finally:
@@ -245,6 +248,22 @@ class KubeApi:
         if not isinstance(data, dict):
             raise EngineError(f"cannot {what}: unexpected answer from the API server")
         return data
+
+
+def bound_read_buffer(reader: Any, limit: int) -> None:
+    """Make aiohttp stop reading the socket once `limit` bytes of a response wait unread.
+
+    kubernetes_asyncio opens its session with `read_bufsize=2**21` (for large watch events),
+    so aiohttp pauses only at 4 MiB unread per response; a log arrives as one HTTP chunk per
+    line, about four times its size in memory there. A follower whose consumer stalls would
+    hold some 16 MiB per replica. aiohttp has no public way to lower a response's limits, so
+    its thresholds are set here when present (tests/k8s/test_kube_log_fidelity.py pins the
+    result)."""
+    if hasattr(reader, "_high_water") and hasattr(reader, "_low_water"):
+        reader._low_water, reader._high_water = limit // 2, limit
+    if hasattr(reader, "_high_water_chunks") and hasattr(reader, "_low_water_chunks"):
+        chunks = max(4, limit // 64)
+        reader._low_water_chunks, reader._high_water_chunks = chunks // 2, chunks
 
 
 async def iter_lines(response: Any) -> AsyncIterator[bytes]:
