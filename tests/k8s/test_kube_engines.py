@@ -6,9 +6,10 @@ them and serves their logs."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any, cast
 
 import pytest
 from kubernetes_asyncio import client
@@ -21,6 +22,7 @@ from distrun.engines.volcano import VolcanoEngine
 from distrun.errors import Forbidden, NotFound
 from distrun.spec import JobSpec
 
+from ..reliability.helpers import first_batch
 from .cluster import KubeCluster, PodLog
 from .operator_sim import create_pod, get_custom, pytorch_pod_labels, set_job_conditions
 
@@ -407,3 +409,44 @@ async def test_a_failed_replica_is_named_with_its_exit_and_last_lines_and_no_pod
         lambda pods: pods.items == [],
         "the garbage collector to delete every pod of the job",
     )
+
+
+async def test_followers_never_take_the_connections_every_other_call_needs(
+    kube_cluster: KubeCluster, kube_admin: Any, kube_namespace: str
+) -> None:
+    # A client pool of 4 connections; 3 followers of a 4-replica job hold 3 x (4 logs + 2
+    # watches) = 18 long-running requests open at once.
+    configuration = copy.copy(kube_admin.configuration)
+    configuration.connection_pool_maxsize = 4
+    small_pool = client.ApiClient(configuration)
+    engine = KubeflowEngine(api_client=small_pool, namespace=kube_namespace)
+    followers: list[AsyncGenerator[Any, None]] = []
+    try:
+        job = await engine.submit(spec(roles={"worker": {"replicas": 3}}), "alice")
+        owner = await get_custom(kube_admin, kube_namespace, "kubeflow.org/v1/pytorchjobs", job.id)
+        await pytorch_pod(kube_cluster, kube_admin, owner, "master", lines=("m0",))
+        for index in range(3):
+            await create_pod(
+                kube_cluster,
+                kube_admin,
+                owner,
+                name=f"{job.id}-worker-{index}",
+                labels=pytorch_pod_labels(job.id, "worker", index),
+                container="pytorch",
+                lines=(f"w{index}",),
+                restart_policy="Never",
+            )
+        for _ in range(3):
+            follower = cast(AsyncGenerator[Any, None], engine.follow(job.id, "alice"))
+            followers.append(follower)
+            await asyncio.wait_for(first_batch(follower), WAIT)
+
+        listed = await asyncio.wait_for(engine.list_jobs("alice"), WAIT)
+        assert [j.id for j in listed] == [job.id]
+        again = await asyncio.wait_for(engine.get_job(job.id, "alice"), WAIT)
+        assert len(again.replicas) == 4
+    finally:
+        for follower in followers:
+            await follower.aclose()
+        await engine.close()
+        await small_pool.close()

@@ -6,6 +6,7 @@ without a line-length ceiling. Failures become domain errors with the API's mess
 """
 
 import contextlib
+import copy
 import json
 import os
 import re
@@ -92,15 +93,27 @@ EVENTS = Resource("", "v1", "events")
 
 
 class KubeApi:
-    """One namespace-agnostic facade over an ApiClient; every method returns plain dicts."""
+    """One namespace-agnostic facade over an ApiClient; every method returns plain dicts.
 
-    def __init__(self, api_client: Any) -> None:
+    Long-running requests (watches, followed logs) go through a second client of the same
+    cluster and credentials whose pool has no connection limit: they stay open while anyone
+    follows a job, and on the shared pool (100 connections) some 16 viewers of 4-replica jobs
+    would hold every connection and leave the server's other calls waiting, as the API server
+    itself keeps long-running requests apart from its in-flight limit."""
+
+    def __init__(self, api_client: Any, *, owns_client: bool = True) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self._owns_client = owns_client
+        self._streaming: Any = None  # made on first use: aiohttp needs the running loop
 
     async def close(self) -> None:
-        await self.api_client.close()
+        if self._streaming is not None:
+            await self._streaming.close()
+            self._streaming = None
+        if self._owns_client:
+            await self.api_client.close()
 
     # --- objects ---
 
@@ -138,7 +151,7 @@ class KubeApi:
     ) -> AsyncIterator[Obj]:
         """Watch events (`type`, `object`) from `resource_version` until the server ends the
         watch; the caller lists again on a 410 Gone (an ERROR event) and watches anew."""
-        method = self._method(res, "list")
+        method = self._method(res, "list", streaming=True)
         response = await self._raw(
             what,
             method,
@@ -187,7 +200,7 @@ class KubeApi:
     async def stream_log(self, namespace: str, pod: str, container: str) -> AsyncIterator[Any]:
         """The live log response (`follow=True`); iterate it with `iter_lines`."""
         what = f"follow the log of pod {pod}"
-        method = self.core.read_namespaced_pod_log
+        method = client.CoreV1Api(self._streaming_client()).read_namespaced_pod_log
         kwargs = {"container": container, "timestamps": True, "follow": True}
         response = await self._raw(what, method, pod, namespace, **kwargs)
         bound_read_buffer(response.content, LOG_STREAM_BUFFER)
@@ -198,11 +211,20 @@ class KubeApi:
 
     # --- plumbing ---
 
-    def _method(self, res: Resource, verb: str) -> Any:
+    def _streaming_client(self) -> Any:
+        if self._streaming is None:
+            configuration = copy.copy(self.api_client.configuration)
+            configuration.connection_pool_maxsize = 0  # aiohttp: no limit
+            self._streaming = client.ApiClient(configuration)
+            self._streaming.default_headers.update(self.api_client.default_headers)
+        return self._streaming
+
+    def _method(self, res: Resource, verb: str, *, streaming: bool = False) -> Any:
+        api_client = self._streaming_client() if streaming else self.api_client
         if res.group == "":
             kind = {"pods": "pod", "configmaps": "config_map", "events": "event"}[res.plural]
             core_verb = "read" if verb == "get" else verb
-            method = getattr(self.core, f"{core_verb}_namespaced_{kind}")
+            method = getattr(client.CoreV1Api(api_client), f"{core_verb}_namespaced_{kind}")
 
             async def core_call(namespace: str, *args: Any, **kwargs: Any) -> Any:
                 if verb in ("get", "replace", "delete"):
@@ -211,7 +233,7 @@ class KubeApi:
                 return await method(namespace, *args, **kwargs)
 
             return core_call
-        custom = getattr(self.custom, f"{verb}_namespaced_custom_object")
+        custom = getattr(client.CustomObjectsApi(api_client), f"{verb}_namespaced_custom_object")
 
         async def custom_call(namespace: str, *args: Any, **kwargs: Any) -> Any:
             return await custom(res.group, res.version, namespace, res.plural, *args, **kwargs)

@@ -114,8 +114,9 @@ class KubeEngine:
         )
         self.limits = limits or Limits()
         self._kubeconfig, self._context = kubeconfig, context
-        self._api: KubeApi | None = KubeApi(api_client) if api_client is not None else None
-        self._owns_client = api_client is None
+        self._api: KubeApi | None = (
+            KubeApi(api_client, owns_client=False) if api_client is not None else None
+        )
         self._api_lock = asyncio.Lock()
 
     # --- the hooks each kind implements ---
@@ -328,7 +329,7 @@ class KubeEngine:
             await follow.stop()
 
     async def close(self) -> None:
-        if self._api is not None and self._owns_client:
+        if self._api is not None:
             await self._api.close()
         self._api = None
 
