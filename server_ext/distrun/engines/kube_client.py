@@ -288,14 +288,28 @@ def bound_read_buffer(reader: Any, limit: int) -> None:
         reader._low_water_chunks, reader._high_water_chunks = chunks // 2, chunks
 
 
-async def iter_lines(response: Any) -> AsyncIterator[bytes]:
-    """The lines of a streamed response, whatever their length, without the newline; a last
-    line without a newline is yielded when the stream ends."""
-    pending = b""
+async def iter_lines(response: Any, max_line: int | None = None) -> AsyncIterator[bytes]:
+    """The lines of a streamed response without the newline; a last line without a newline is
+    yielded when the stream ends. With `max_line`, a line keeps only its first `max_line`
+    bytes and the rest is dropped as it arrives, so a line that never ends (a progress bar
+    redrawn with carriage returns) holds no more than that."""
+    parts: list[bytes] = []
+    size = 0
+
+    def keep(piece: bytes) -> None:
+        nonlocal size
+        if max_line is not None:
+            piece = piece[: max(0, max_line - size)]
+        if piece:
+            parts.append(piece)
+            size += len(piece)
+
     async for chunk in response.content.iter_any():
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            yield line
-    if pending:
-        yield pending
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            keep(chunk[start:end])
+            yield b"".join(parts)
+            parts, size, start = [], 0, end + 1
+        keep(chunk[start:])
+    if parts:
+        yield b"".join(parts)

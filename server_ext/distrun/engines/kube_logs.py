@@ -33,6 +33,8 @@ LEDGER_ANNOTATION = "distrun.io/log-ledger"
 Ledger = dict[str, list[list[Any]]]  # replica -> [[instance key, lines], ...] in order
 Emit = Callable[[LogLine], Awaitable[None]]
 _LEDGER_RETRIES = 8
+# Bytes before a line's text read with timestamps=True: "2024-01-02T03:04:05.123456789Z ".
+_TIMESTAMP_ROOM = 64
 
 
 # --- pure parts ---------------------------------------------------------------------------
@@ -334,7 +336,8 @@ class ReplicaFollower:
         api, namespace = self.ctx.api, self.ctx.namespace
         try:
             async with api.stream_log(namespace, instance.pod, self.container) as response:
-                async for raw in iter_lines(response):
+                max_line = self.ctx.max_line_bytes + _TIMESTAMP_ROOM
+                async for raw in iter_lines(response, max_line):
                     if seen >= skip:
                         await self._emit_raw([raw], first + seen)
                         self._seen = seen + 1
