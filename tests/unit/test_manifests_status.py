@@ -12,6 +12,8 @@ from distrun.engines.kube_engine import (
     stored_spec,
 )
 from distrun.engines.kube_logs import (
+    CUT_MARK,
+    TIMESTAMP_ROOM,
     base_seq,
     current_instance,
     parse_line,
@@ -145,7 +147,14 @@ def test_log_lines_parse_nanosecond_timestamps_and_keep_invalid_utf8_readable() 
     assert text == "hello \ufffd world"
     _when, text = parse_line(b"no timestamp here", 1000)
     assert text == "no timestamp here"
-    assert parse_line(b"2026-01-01T00:00:01Z " + b"x" * 50, 10)[1] == "x" * 10
+
+
+def test_a_log_line_over_the_limit_keeps_its_start_and_says_it_was_cut() -> None:
+    assert parse_line(b"2026-01-01T00:00:01Z " + b"x" * 10, 10)[1] == "x" * 10
+    assert parse_line(b"2026-01-01T00:00:01Z " + b"x" * 50, 10)[1] == "x" * 10 + CUT_MARK
+    # The follower keeps max_bytes + TIMESTAMP_ROOM bytes of a line: still known as cut.
+    followed = b"2026-01-01T00:00:01.123456789Z " + b"y" * 100
+    assert parse_line(followed[: 10 + TIMESTAMP_ROOM], 10)[1] == parse_line(followed, 10)[1]
 
 
 def test_split_log_keeps_a_last_line_without_newline() -> None:

@@ -34,20 +34,26 @@ Ledger = dict[str, list[list[Any]]]  # replica -> [[instance key, lines], ...] i
 Emit = Callable[[LogLine], Awaitable[None]]
 _LEDGER_RETRIES = 8
 # Bytes before a line's text read with timestamps=True: "2024-01-02T03:04:05.123456789Z ".
-_TIMESTAMP_ROOM = 64
+TIMESTAMP_ROOM = 64
 
 
 # --- pure parts ---------------------------------------------------------------------------
 
 
+CUT_MARK = " [cut by distrun: the line is longer than max_log_line_bytes]"
+
+
 def parse_line(raw: bytes, max_bytes: int) -> tuple[float, str]:
-    """(epoch seconds, text) of a line read with `timestamps=True`: "<RFC 3339> <text>"."""
+    """(epoch seconds, text) of a line read with `timestamps=True`: "<RFC 3339> <text>". A text
+    over `max_bytes` keeps its first `max_bytes` and says it was cut (the local engine splits
+    such a line in several; here a seq must count the same lines on every reader)."""
     stamp, separator, rest = raw.partition(b" ")
     when = parse_time(stamp.decode("ascii", "replace")) if separator else None
     if when is None:
         when, rest = time.time(), raw
-    text = rest[:max_bytes].decode("utf-8", "replace")
-    return when, text.removesuffix("\r")
+    if len(rest) > max_bytes:
+        return when, rest[:max_bytes].decode("utf-8", "replace") + CUT_MARK
+    return when, rest.decode("utf-8", "replace").removesuffix("\r")
 
 
 def parse_time(stamp: str) -> float | None:
@@ -336,7 +342,7 @@ class ReplicaFollower:
         api, namespace = self.ctx.api, self.ctx.namespace
         try:
             async with api.stream_log(namespace, instance.pod, self.container) as response:
-                max_line = self.ctx.max_line_bytes + _TIMESTAMP_ROOM
+                max_line = self.ctx.max_line_bytes + TIMESTAMP_ROOM
                 async for raw in iter_lines(response, max_line):
                     if seen >= skip:
                         await self._emit_raw([raw], first + seen)
