@@ -1,12 +1,13 @@
 """What every benchmark shares: the repo's package on the path, statistics, skipping."""
 
 import importlib
+import json
 import os
 import socket
 import statistics
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,3 +62,34 @@ def free_port() -> int:
 
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:8.1f} ms"
+
+
+def server_command(
+    root: Path, port: int, token: str, config: dict[str, Any]
+) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment of a jupyter_server on 127.0.0.1:`port` with its own config,
+    data and runtime directories under `root`; `config` is written as its
+    jupyter_server_config.json."""
+    config_dir = root / "config"
+    config_dir.mkdir(parents=True)
+    (config_dir / "jupyter_server_config.json").write_text(json.dumps(config))
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(config_dir),
+        "JUPYTER_DATA_DIR": str(root / "data"),
+        "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "jupyter_server",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.root_dir={root}",
+        f"--IdentityProvider.token={token}",
+    ]
+    if os.geteuid() == 0:
+        argv.append("--allow-root")
+    return argv, env

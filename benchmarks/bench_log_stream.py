@@ -24,7 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, free_port, median, ms, percentile, skip, use_repo_package
+from _common import (
+    REPO,
+    free_port,
+    median,
+    ms,
+    percentile,
+    server_command,
+    skip,
+    use_repo_package,
+)
 
 REPLICAS = 8
 PACED_INTERVAL = 0.005  # seconds between lines of one replica: 200 lines/s each
@@ -149,32 +158,11 @@ class Server:
         return {"Authorization": f"token {self.token}"}
 
     def launch(self) -> None:
-        config_dir = self.root / "config"
-        config_dir.mkdir()
         config = {
             "ServerApp": {"jpserver_extensions": {"distrun": True}},
             "DistrunApp": {"state_dir": str(self.root / "state")},
         }
-        (config_dir / "jupyter_server_config.json").write_text(json.dumps(config))
-        env = {
-            **os.environ,
-            "JUPYTER_CONFIG_DIR": str(config_dir),
-            "JUPYTER_DATA_DIR": str(self.root / "data"),
-            "JUPYTER_RUNTIME_DIR": str(self.root / "runtime"),
-        }
-        argv = [
-            sys.executable,
-            "-m",
-            "jupyter_server",
-            "--no-browser",
-            "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={self.port}",
-            "--ServerApp.port_retries=0",
-            f"--ServerApp.root_dir={self.root}",
-            f"--IdentityProvider.token={self.token}",
-        ]
-        if os.geteuid() == 0:
-            argv.append("--allow-root")
+        argv, env = server_command(self.root, self.port, self.token, config)
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
 

@@ -38,7 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import free_port, percentile, require_local_engine, use_repo_package
+from _common import (
+    free_port,
+    percentile,
+    require_local_engine,
+    server_command,
+    use_repo_package,
+)
 
 LAG_BOUND = 0.100
 SERVER_START_TIMEOUT = 120.0
@@ -185,8 +191,6 @@ class Server:
         probe_dir = self.root / "probe"
         probe_dir.mkdir(parents=True)
         (probe_dir / "soak_lag_probe.py").write_text(LAG_PROBE)
-        config_dir = self.root / "config"
-        config_dir.mkdir()
         config = {
             "ServerApp": {"jpserver_extensions": {"distrun": True, "soak_lag_probe": True}},
             "DistrunApp": {
@@ -201,28 +205,9 @@ class Server:
                 },
             },
         }
-        (config_dir / "jupyter_server_config.json").write_text(json.dumps(config))
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(probe_dir), os.environ["PYTHONPATH"]]),
-            "JUPYTER_CONFIG_DIR": str(config_dir),
-            "JUPYTER_DATA_DIR": str(self.root / "data"),
-            "JUPYTER_RUNTIME_DIR": str(self.root / "runtime"),
-            "SOAK_LAG_FILE": str(self.lag_file),
-        }
-        argv = [
-            sys.executable,
-            "-m",
-            "jupyter_server",
-            "--no-browser",
-            "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={self.port}",
-            "--ServerApp.port_retries=0",
-            f"--ServerApp.root_dir={self.root}",
-            f"--IdentityProvider.token={self.token}",
-        ]
-        if os.geteuid() == 0:
-            argv.append("--allow-root")
+        argv, env = server_command(self.root, self.port, self.token, config)
+        env["PYTHONPATH"] = os.pathsep.join([str(probe_dir), os.environ["PYTHONPATH"]])
+        env["SOAK_LAG_FILE"] = str(self.lag_file)
         with (self.root / "server.log").open("wb") as log:
             self.process = await asyncio.create_subprocess_exec(
                 *argv, env=env, stdout=log, stderr=subprocess.STDOUT
