@@ -209,8 +209,11 @@ class Server:
         env["PYTHONPATH"] = os.pathsep.join([str(probe_dir), os.environ["PYTHONPATH"]])
         env["SOAK_LAG_FILE"] = str(self.lag_file)
         with (self.root / "server.log").open("wb") as log:
+            # A session of its own, as a server started from its own terminal or service has:
+            # Linux's autogroup scheduler then weighs it apart from this process, whose 200
+            # viewers stand in for browsers on other machines.
             self.process = await asyncio.create_subprocess_exec(
-                *argv, env=env, stdout=log, stderr=subprocess.STDOUT
+                *argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         deadline = time.monotonic() + SERVER_START_TIMEOUT
         while time.monotonic() < deadline:
