@@ -6,8 +6,6 @@ import json
 import os
 import signal
 import sys
-import textwrap
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,8 +14,11 @@ import pytest
 from distrun.engines.base import Job, JobState, JobUpdate, LogBatch, LogLine
 from distrun.engines.local import LOST_REASON, LocalEngine
 from distrun.errors import EngineError, LimitExceeded, NotFound, SpecError
-from distrun.spec import JobSpec, Limits
+from distrun.spec import Limits
 from distrun.supervisor import process_start_time
+
+from ..reliability import helpers
+from ..reliability.helpers import spec
 
 pytestmark = pytest.mark.integration
 
@@ -25,55 +26,18 @@ EngineFactory = Callable[..., LocalEngine]  # the make_local_engine fixture
 WAIT = 60.0  # generous: the machine may be loaded
 
 
-def spec(code: str, replicas: int = 1, **fields: Any) -> JobSpec:
-    return JobSpec.from_dict(
-        {
-            "framework": "generic",
-            "roles": {"worker": {"replicas": replicas}},
-            "code": textwrap.dedent(code),
-            **fields,
-        }
-    )
-
-
 async def follow_to_end(
     engine: LocalEngine, job: Job, owner: str = "alice", **kwargs: Any
 ) -> tuple[Job, list[LogLine]]:
-    """Every event of `follow` until it ends: the last job state and every line."""
-    lines: list[LogLine] = []
-    last = job
-
-    async def consume() -> None:
-        nonlocal last
-        async for event in engine.follow(job.id, owner, **kwargs):
-            if isinstance(event, LogBatch):
-                lines.extend(event.lines)
-            else:
-                last = event.job
-
-    await asyncio.wait_for(consume(), WAIT)
-    return last, lines
-
-
-async def wait_until(check: Callable[[], Any], what: str) -> Any:
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting until {what}")
+    return await helpers.follow_to_end(engine, job, owner, timeout=WAIT, **kwargs)
 
 
 async def wait_for_lines(engine: LocalEngine, job: Job, count: int) -> list[LogLine]:
-    async def enough() -> list[LogLine]:
-        while True:
-            lines = await engine.read_logs(job.id, "alice")
-            if len(lines) >= count:
-                return lines
-            await asyncio.sleep(0.02)
+    return await helpers.wait_for_lines(engine, job, count, timeout=WAIT)
 
-    return await asyncio.wait_for(enough(), WAIT)
+
+async def wait_until(check: Callable[[], Any], what: str) -> Any:
+    return await helpers.wait_until(check, what, timeout=WAIT)
 
 
 def gone(pid: int) -> bool:

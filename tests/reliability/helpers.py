@@ -28,7 +28,7 @@ def spec(code: str, replicas: int = 1, framework: str = "generic", **fields: Any
 
 
 async def follow_to_end(
-    engine: LocalEngine, job: Job, owner: str = "alice", **kwargs: Any
+    engine: LocalEngine, job: Job, owner: str = "alice", timeout: float = WAIT, **kwargs: Any
 ) -> tuple[Job, list[LogLine]]:
     """Every event of `follow` until it ends: the last job state and every line."""
     lines: list[LogLine] = []
@@ -43,8 +43,23 @@ async def follow_to_end(
                 else:
                     last = event.job
 
-    await asyncio.wait_for(consume(), WAIT)
+    await asyncio.wait_for(consume(), timeout)
     return last, lines
+
+
+async def wait_for_lines(
+    engine: LocalEngine, job: Job, count: int, timeout: float = WAIT
+) -> list[LogLine]:
+    """The job's logs once they hold at least `count` lines."""
+
+    async def enough() -> list[LogLine]:
+        while True:
+            lines = await engine.read_logs(job.id, "alice")
+            if len(lines) >= count:
+                return lines
+            await asyncio.sleep(0.02)
+
+    return await asyncio.wait_for(enough(), timeout)
 
 
 async def first_batch(events: AsyncIterator[LogEvent]) -> LogBatch:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from distrun.engines.base import Job, JobState, LogBatch, LogLine
-from distrun.engines.local import LOST_REASON, LocalEngine
+from distrun.engines.base import Job, JobState, LogBatch
+from distrun.engines.local import LOST_REASON
 from distrun.errors import EngineError
 from distrun.supervisor import process_start_time
 
@@ -26,6 +26,7 @@ from .helpers import (
     follow_to_end,
     processes_of_job,
     spec,
+    wait_for_lines,
     wait_until,
 )
 
@@ -105,7 +106,7 @@ async def test_a_job_whose_supervisor_died_while_the_server_was_down_is_reported
     old = make_local_engine()
     job = await old.submit(spec(TICKING, replicas=2), "alice")
     await wait_until(lambda: len(processes_of_job(job.id)) == 4, "replicas and grandchildren run")
-    seen = await _wait_for_lines(old, job, 10)
+    seen = await wait_for_lines(old, job, 10)
     await old.close()
 
     # While no server runs, the supervisor dies (the OOM killer, a stray kill -9).
@@ -136,14 +137,3 @@ async def test_a_job_submitted_just_before_the_restart_runs_on_under_the_new_ser
     final, lines = await follow_to_end(new, job)
     assert final.state == JobState.SUCCEEDED, final.reason
     assert [line.text for line in lines] == ["finished"]
-
-
-async def _wait_for_lines(engine: LocalEngine, job: Job, count: int) -> list[LogLine]:
-    async def enough() -> list[LogLine]:
-        while True:
-            lines = await engine.read_logs(job.id, "alice")
-            if len(lines) >= count:
-                return lines
-            await asyncio.sleep(0.02)
-
-    return await asyncio.wait_for(enough(), WAIT)
