@@ -1,5 +1,5 @@
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
-import { APIRequestContext } from '@playwright/test';
+import { serverExtensionPresent } from './helpers';
 
 const FORM = '[data-test-id="distrun-form"]';
 const JOB = '.jp-Cell >> nth=0 >> [data-test-id="distrun-job"]';
@@ -11,12 +11,6 @@ const PLAIN_CELL = [
   'for i in range(3): print("hello", i, flush=True)',
   'time.sleep(5)'
 ].join('\n');
-
-async function serverExtensionPresent(
-  request: APIRequestContext
-): Promise<boolean> {
-  return (await request.get('distrun/engines')).ok();
-}
 
 /** Opens the distrun sidebar with the form drawn from GET /distrun/engines. */
 async function openForm(page: IJupyterLabPageFixture): Promise<void> {

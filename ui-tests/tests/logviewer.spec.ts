@@ -1,7 +1,8 @@
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
-import { APIRequestContext, Locator } from '@playwright/test';
+import { Locator } from '@playwright/test';
 import * as fs from 'fs';
 import * as path from 'path';
+import { serverExtensionPresent } from './helpers';
 
 const RUN_BUTTON =
   '.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]';
@@ -25,12 +26,6 @@ if rank == 0:
 `;
 const REPLICAS = ['master-0', 'worker-0', 'worker-1'];
 const LINES = 3 * 20 + 1;
-
-async function serverExtensionPresent(
-  request: APIRequestContext
-): Promise<boolean> {
-  return (await request.get('distrun/engines')).ok();
-}
 
 /** Sets the active cell's source through the model: typing would auto-indent the body. */
 async function setActiveCellSource(

@@ -1,6 +1,7 @@
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
 import { APIRequestContext, Locator } from '@playwright/test';
 import * as path from 'path';
+import { serverExtensionPresent } from './helpers';
 
 const NOTEBOOK = 'distrun-quickstart.ipynb';
 const NOTEBOOK_SOURCE = path.resolve(
@@ -15,12 +16,6 @@ const RUN_BUTTON =
 // The example's `%framework=pytorch / %master=1 / %worker=2` DDP cell.
 const PYTORCH_CELL = 3;
 const REPLICAS = ['master-0', 'worker-0', 'worker-1'];
-
-async function serverExtensionPresent(
-  request: APIRequestContext
-): Promise<boolean> {
-  return (await request.get('distrun/engines')).ok();
-}
 
 function byTestId(scope: Locator, id: string): Locator {
   return scope.locator(`[data-test-id="${id}"]`);

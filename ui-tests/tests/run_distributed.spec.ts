@@ -1,5 +1,5 @@
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
-import { APIRequestContext } from '@playwright/test';
+import { serverExtensionPresent } from './helpers';
 
 const RUN_BUTTON =
   '.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]';
@@ -17,13 +17,6 @@ const SLOW_WORKERS = [
   'import time',
   'for i in range(300): print("tick", i, flush=True); time.sleep(0.1)'
 ].join('\n');
-
-async function serverExtensionPresent(
-  request: APIRequestContext
-): Promise<boolean> {
-  const response = await request.get('distrun/engines');
-  return response.ok();
-}
 
 async function runFirstCell(
   page: IJupyterLabPageFixture,

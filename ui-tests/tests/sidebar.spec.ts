@@ -1,5 +1,5 @@
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
-import { APIRequestContext } from '@playwright/test';
+import { serverExtensionPresent } from './helpers';
 
 const RUN_BUTTON =
   '.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]';
@@ -13,12 +13,6 @@ const THREE_SLOW_WORKERS = [
 ].join('\n');
 
 const QUICK = '%framework=generic\n%worker=1\nprint("done", flush=True)';
-
-async function serverExtensionPresent(
-  request: APIRequestContext
-): Promise<boolean> {
-  return (await request.get('distrun/engines')).ok();
-}
 
 /** Runs the first cell from the toolbar; returns the job id once the output shows it. */
 async function runFirstCell(
