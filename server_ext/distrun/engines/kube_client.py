@@ -106,11 +106,12 @@ class KubeApi:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self._owns_client = owns_client
-        self._streaming: Any = None  # made on first use: aiohttp needs the running loop
+        # (core, custom) over the streaming client, made on first use: aiohttp needs the loop.
+        self._streaming: tuple[Any, Any] | None = None
 
     async def close(self) -> None:
         if self._streaming is not None:
-            await self._streaming.close()
+            await self._streaming[0].api_client.close()
             self._streaming = None
         if self._owns_client:
             await self.api_client.close()
@@ -200,7 +201,7 @@ class KubeApi:
     async def stream_log(self, namespace: str, pod: str, container: str) -> AsyncIterator[Any]:
         """The live log response (`follow=True`); iterate it with `iter_lines`."""
         what = f"follow the log of pod {pod}"
-        method = client.CoreV1Api(self._streaming_client()).read_namespaced_pod_log
+        method = self._apis(streaming=True)[0].read_namespaced_pod_log
         kwargs = {"container": container, "timestamps": True, "follow": True}
         response = await self._raw(what, method, pod, namespace, **kwargs)
         bound_read_buffer(response.content, LOG_STREAM_BUFFER)
@@ -211,20 +212,27 @@ class KubeApi:
 
     # --- plumbing ---
 
-    def _streaming_client(self) -> Any:
+    def _apis(self, *, streaming: bool) -> tuple[Any, Any]:
+        """(CoreV1Api, CustomObjectsApi) on the shared client, or on the streaming one."""
+        if not streaming:
+            return self.core, self.custom
         if self._streaming is None:
             configuration = copy.copy(self.api_client.configuration)
             configuration.connection_pool_maxsize = 0  # aiohttp: no limit
-            self._streaming = client.ApiClient(configuration)
-            self._streaming.default_headers.update(self.api_client.default_headers)
+            streaming_client = client.ApiClient(configuration)
+            streaming_client.default_headers.update(self.api_client.default_headers)
+            self._streaming = (
+                client.CoreV1Api(streaming_client),
+                client.CustomObjectsApi(streaming_client),
+            )
         return self._streaming
 
     def _method(self, res: Resource, verb: str, *, streaming: bool = False) -> Any:
-        api_client = self._streaming_client() if streaming else self.api_client
+        core, custom_api = self._apis(streaming=streaming)
         if res.group == "":
             kind = {"pods": "pod", "configmaps": "config_map", "events": "event"}[res.plural]
             core_verb = "read" if verb == "get" else verb
-            method = getattr(client.CoreV1Api(api_client), f"{core_verb}_namespaced_{kind}")
+            method = getattr(core, f"{core_verb}_namespaced_{kind}")
 
             async def core_call(namespace: str, *args: Any, **kwargs: Any) -> Any:
                 if verb in ("get", "replace", "delete"):
@@ -233,7 +241,7 @@ class KubeApi:
                 return await method(namespace, *args, **kwargs)
 
             return core_call
-        custom = getattr(client.CustomObjectsApi(api_client), f"{verb}_namespaced_custom_object")
+        custom = getattr(custom_api, f"{verb}_namespaced_custom_object")
 
         async def custom_call(namespace: str, *args: Any, **kwargs: Any) -> Any:
             return await custom(res.group, res.version, namespace, res.plural, *args, **kwargs)
