@@ -133,12 +133,16 @@ class LogWriter:
 
 
 class LogReader:
-    """Reads one replica's log; the file may not exist yet (no lines)."""
+    """Reads one replica's log; the file may not exist yet (no lines). Every follower of a job
+    holds one per replica for as long as it follows, so it is kept small: slots and plain-string
+    paths (a `Path` is two more objects for the garbage collector to scan, each)."""
+
+    __slots__ = ("_fd", "_idx_path", "_log_path", "replica")
 
     def __init__(self, log_dir: Path, replica: str) -> None:
         self.replica = replica
-        self._log_path = log_path(log_dir, replica)
-        self._idx_path = index_path(log_dir, replica)
+        self._log_path = str(log_path(log_dir, replica))
+        self._idx_path = str(index_path(log_dir, replica))
         self._fd: int | None = None
 
     def read(self, from_seq: int, max_lines: int) -> list[LogLine]:
