@@ -24,7 +24,7 @@ from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from .app import DistrunApp
-from .engines.base import JobUpdate, LogBatch, LogEvent, LogLine
+from .engines.base import Job, JobUpdate, LogBatch, LogEvent, LogLine
 from .errors import DistrunError
 from .handlers import (
     check_job_id,
@@ -119,6 +119,12 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
         if self._task is not None:
             self._task.cancel()
             self._task = None
+        # jupyter_server stops its ping timer only at the next ping, up to `ws_ping_interval`
+        # (30 s) later, and keeps it: the timer and the cycle through it kept this closed
+        # handler, its request and connection alive that long and then until a full GC.
+        if self.ping_callback is not None:
+            self.ping_callback.stop()
+            self.ping_callback = None
 
     def socket_nodelay(self) -> bool:
         """Whether TCP_NODELAY is set on this connection's socket (for tests and diagnostics)."""
@@ -130,7 +136,8 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
 
     async def _stream(self, job_id: str) -> None:
         try:
-            await self._follow(job_id)
+            # No local keeps the job `_open_follower` read: `_relay` swaps it for the engine's copy.
+            await self._relay(*await self._open_follower(job_id))
             await self._send({"type": "end"})
             self.close(1000)
         except DistrunError as err:
@@ -141,26 +148,33 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
             self.log.exception("distrun log stream for %s failed", job_id)
             await self._close_with_error({"message": "internal error"}, WS_CLOSE_INTERNAL_ERROR)
 
-    async def _follow(self, job_id: str) -> None:
+    async def _open_follower(self, job_id: str) -> tuple[AsyncIterator[LogEvent], Job]:
+        """The engine's follower of the job, after its status has gone out."""
         since = parse_since(self.get_argument("since", None))
         wanted = parse_replicas(self.get_arguments("replica"))
         engine, job = await self.app.registry.find_job(check_job_id(job_id), self._owner)
         check_replicas(job, wanted)
-        last_status = job.to_json()
-        await self._send({"type": "status", "job": last_status})
+        await self._send_status(job)
         follower = engine.follow(
             job.id, self._owner, since=since, replicas=wanted, max_batch=FOLLOW_MAX_BATCH
         )
+        return follower, job
+
+    async def _relay(self, follower: AsyncIterator[LogEvent], sent: Job) -> None:
         async with _closing(follower) as events:
             async for event in events:
                 if isinstance(event, LogBatch):
                     for message in encoded_frames(event):
                         await self.write_message(message)
                 elif isinstance(event, JobUpdate):
-                    status = event.job.to_json()
-                    if status != last_status:
-                        last_status = status
-                        await self._send({"type": "status", "job": status})
+                    if event.job != sent:
+                        await self._send_status(event.job)
+                    # The engine's copy, shared by every viewer of the job: a viewer keeps no
+                    # job of its own for as long as it follows (less for the GC to scan).
+                    sent = event.job
+
+    async def _send_status(self, job: Job) -> None:
+        await self._send({"type": "status", "job": job.to_json()})
 
     async def _send(self, message: dict[str, Any]) -> None:
         await self.write_message(json.dumps(message))

@@ -194,6 +194,22 @@ async def test_client_disconnect_stops_the_follower_and_its_task(
     await eventually(lambda: fake_engine.active_followers == 0 and not distrun_app.streams)
 
 
+async def test_a_closed_streams_ping_timer_stops_at_once_and_lets_go_of_the_handler(
+    api, jp_ws_fetch, fake_engine: FakeEngine, distrun_app
+):
+    job_id = await submit(api)
+    ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+    assert (await receive(ws) or {})["type"] == "status"
+    [handler] = distrun_app.streams.values()
+    ping = handler.ping_callback
+    assert ping is not None and ping.is_running()
+    ws.close()
+    await eventually(lambda: not distrun_app.streams)
+    # jupyter_server would stop it at the next ping, 30 s later, and keep it (a cycle).
+    assert not ping.is_running()
+    assert handler.ping_callback is None
+
+
 async def test_stream_socket_has_tcp_nodelay(api, jp_ws_fetch, distrun_app):
     job_id = await submit(api)
     ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
