@@ -2,10 +2,14 @@
 
 import asyncio
 import base64
+import contextlib
+import contextvars
+import gc
 import json
 import os
 import signal
 import sys
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -467,6 +471,47 @@ async def test_many_followers_share_one_poller(local_engine: LocalEngine) -> Non
     results = await asyncio.gather(*(follow_to_end(local_engine, job) for _ in range(20)))
     assert all([line.seq for line in lines] == list(range(200)) for _, lines in results)
     assert local_engine._watchers == {}  # the last follower stopped it
+
+
+# Stands for jupyter_server's CallContext, which holds the request handler of each follower.
+_FOLLOWERS_REQUEST: contextvars.ContextVar[object] = contextvars.ContextVar("followers_request")
+
+
+class _Request:
+    pass
+
+
+async def test_the_shared_watcher_keeps_nothing_of_the_follower_that_started_it(
+    local_engine: LocalEngine,
+) -> None:
+    code = "import time\nprint('up', flush=True)\ntime.sleep(60)\n"
+    job = await local_engine.submit(spec(code), "alice")
+    second_joined = asyncio.Event()
+
+    async def first_follower(request: _Request) -> None:
+        _FOLLOWERS_REQUEST.set(request)
+        async with contextlib.aclosing(local_engine.follow(job.id, "alice")) as events:
+            async for event in events:
+                if isinstance(event, LogBatch):
+                    await second_joined.wait()
+                    return  # stops following; the watcher goes on for the second follower
+
+    request = _Request()
+    gone_request = weakref.ref(request)
+    first = asyncio.create_task(first_follower(request))
+    del request
+    await wait_until(lambda: local_engine._watchers, "the first follower's watcher")
+    second = asyncio.create_task(follow_to_end(local_engine, job))
+    await wait_until(lambda: local_engine._watchers[job.id].followers == 2, "a second follower")
+    second_joined.set()
+    await first
+    del first
+    await asyncio.sleep(0.1)  # callbacks of the first follower's last steps run
+    gc.collect()
+    assert gone_request() is None, "the watcher's tasks still carry the first follower's context"
+    assert job.id in local_engine._watchers
+    await local_engine.cancel(job.id, "alice")
+    await second
 
 
 async def test_unfinished_jobs_per_user_are_limited(make_local_engine: EngineFactory) -> None:

@@ -10,6 +10,7 @@ small read of lines just written (page cache) that followers at the live edge sh
 import asyncio
 import base64
 import contextlib
+import contextvars
 import heapq
 import itertools
 import os
@@ -167,16 +168,16 @@ class LocalEngine:
     ) -> AsyncIterator[LogEvent]:
         if max_batch < 1:
             raise SpecError(f"max_batch must be at least 1, not {max_batch}", field="max_batch")
-        job = await self.get_job(job_id, owner)
-        names = selected_replicas(job.id, [r.name for r in job.replicas], replicas)
+        # Swapped for the watcher's job (shared by all its followers) as soon as they differ.
+        sent = await self.get_job(job_id, owner)
+        names = selected_replicas(sent.id, [r.name for r in sent.replicas], replicas)
         files = self._files(job_id)
         readers = [LogReader(files.logs, name) for name in names]
         starts = start_seqs(names, since)
-        watcher = self._watch(job_id, job)
+        watcher = self._watch(job_id, sent)
         follower = _Follower(watcher, readers, starts, max_batch)
         try:
-            sent = job
-            yield JobUpdate(job)
+            yield JobUpdate(sent)
             while True:
                 version = watcher.version
                 if watcher.job is not sent:
@@ -384,7 +385,11 @@ class LocalEngine:
     def _watch(self, job_id: str, job: Job) -> "_JobWatcher":
         watcher = self._watchers.get(job_id)
         if watcher is None:
-            watcher = self._watchers[job_id] = _JobWatcher(self, job_id, job)
+            # The watcher serves every follower of the job, so its tasks and callbacks must not
+            # carry the first follower's context: jupyter_server's CallContext in it holds that
+            # follower's request handler, which would live as long as the watcher.
+            watcher = contextvars.Context().run(_JobWatcher, self, job_id, job)
+            self._watchers[job_id] = watcher
         watcher.followers += 1
         return watcher
 
@@ -573,7 +578,10 @@ class _JobWatcher:
             self.head = tuple(position.next_seq for position in positions)
             self.max_batch = max_batch
         if self._reading is None:
-            self._reading = asyncio.get_running_loop().create_task(self._read_shared())
+            # Shared by all the followers at the head: none's context (see LocalEngine._watch).
+            self._reading = asyncio.get_running_loop().create_task(
+                self._read_shared(), context=contextvars.Context()
+            )
         return await asyncio.shield(self._reading)  # cancelled here, the read runs on
 
     async def _read_shared(self) -> "_SharedBatch":
