@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from typing import Any, cast
 
 from jupyter_server.auth.decorator import authorized, ws_authenticated
+from jupyter_server.base.call_context import CallContext
 from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.base.websocket import WebSocketMixin
 from jupyter_server.extension.handler import ExtensionHandlerMixin
@@ -125,6 +126,7 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
         if self.ping_callback is not None:
             self.ping_callback.stop()
             self.ping_callback = None
+        _forget_in_call_context(self)
 
     def socket_nodelay(self) -> bool:
         """Whether TCP_NODELAY is set on this connection's socket (for tests and diagnostics)."""
@@ -186,6 +188,16 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
             return
         # Close reasons are limited to 123 bytes; the full message went in the frame.
         self.close(code, body["message"].encode()[:120].decode(errors="ignore"))
+
+
+def _forget_in_call_context(handler: WebSocketHandler) -> None:
+    """Takes the handler out of jupyter_server's CallContext map of its request. Timers the
+    request made (tornado's and jupyter_server's pings) stay in asyncio's heap after they are
+    cancelled, until the loop purges them, and with them the context they were made in: through
+    that map, every closed handler would stay alive, with its request and connection, until then."""
+    names = CallContext._name_value_map.get(None)  # no public way to reach the map itself
+    if names is not None and names.get(CallContext.JUPYTER_HANDLER) is handler:
+        del names[CallContext.JUPYTER_HANDLER]
 
 
 @asynccontextmanager

@@ -1,7 +1,9 @@
 """The server with its default engine, the real local engine: real replica processes."""
 
 import asyncio
+import gc
 import json
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -41,3 +43,28 @@ async def test_a_job_runs_as_real_processes_and_its_logs_stream_to_the_end(api, 
     assert messages[-1] == {"type": "end"}
     assert ws.close_code == 1000
     assert (await api("jobs", job["id"]))["state"] == "succeeded"
+
+
+async def test_a_viewer_that_leaves_a_job_others_watch_is_freed_at_once(
+    api, jp_ws_fetch, distrun_app
+):
+    code = "import time\nfor i in range(600):\n    print(i, flush=True)\n    time.sleep(0.05)\n"
+    spec = {"framework": "generic", "code": code, "roles": {"worker": {"replicas": 2}}}
+    job = await api("jobs", method="POST", body={"spec": spec})
+    viewers = []
+    for _ in range(2):  # the first one starts the engine's watcher of the job
+        viewers.append(await jp_ws_fetch("distrun", "jobs", job["id"], "logs", "stream"))
+        while json.loads(await viewers[-1].read_message())["type"] != "lines":
+            pass
+    first_handler_gone = weakref.ref(next(iter(distrun_app.streams.values())))
+    gc.disable()  # only reference counting frees it: no cycle may keep it, nor any task or timer
+    try:
+        viewers[0].close()
+        async with asyncio.timeout(30):
+            while first_handler_gone() is not None:
+                await asyncio.sleep(0.01)
+    finally:
+        gc.enable()
+    assert len(distrun_app.streams) == 1
+    viewers[1].close()
+    await api("jobs", job["id"], "cancel", method="POST", body={})

@@ -1,7 +1,9 @@
 """The log websocket through a real jupyter_server with an in-memory engine."""
 
 import asyncio
+import gc
 import json
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -208,6 +210,23 @@ async def test_a_closed_streams_ping_timer_stops_at_once_and_lets_go_of_the_hand
     # jupyter_server would stop it at the next ping, 30 s later, and keep it (a cycle).
     assert not ping.is_running()
     assert handler.ping_callback is None
+
+
+async def test_a_closed_streams_handler_is_freed_at_once_without_the_garbage_collector(
+    api, jp_ws_fetch, fake_engine: FakeEngine, distrun_app
+):
+    job_id = await submit(api)
+    ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+    assert (await receive(ws) or {})["type"] == "status"
+    [handler] = distrun_app.streams.values()
+    handler_gone = weakref.ref(handler)
+    del handler
+    gc.disable()  # only reference counting frees it: no cycle may keep it, nor any timer
+    try:
+        ws.close()
+        await eventually(lambda: handler_gone() is None)
+    finally:
+        gc.enable()
 
 
 async def test_stream_socket_has_tcp_nodelay(api, jp_ws_fetch, distrun_app):
