@@ -171,8 +171,8 @@ class LocalEngine:
         # Swapped for the watcher's job (shared by all its followers) as soon as they differ.
         sent = await self.get_job(job_id, owner)
         names = selected_replicas(sent.id, [r.name for r in sent.replicas], replicas)
-        files = self._files(job_id)
-        readers = [LogReader(files.logs, name) for name in names]
+        log_dir = self._files(job_id).logs  # not all the job's paths: this frame lives long
+        readers = [LogReader(log_dir, name) for name in names]
         starts = start_seqs(names, since)
         watcher = self._watch(job_id, sent)
         follower = _Follower(watcher, readers, starts, max_batch)
