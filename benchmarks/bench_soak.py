@@ -14,7 +14,8 @@ each text the line the replica wrote, and a `done` line that counts them all.
 
 Figures printed: lines delivered, the server's event-loop lag (max and p99 of the overshoot of
 a 10 ms sleep, measured inside the server by a probe extension loaded beside distrun) after
-`--warmup` seconds, against the 100 ms bound; the server's RSS, open file descriptors and
+`--warmup` seconds, against the 100 ms bound; the garbage collections' pauses and, after each
+full one, the objects the next one will scan; the server's RSS, open file descriptors and
 threads after warm-up and at the end. Exits 1 if any line was lost, repeated or altered or a
 job did not succeed; lag and memory are reported, not enforced (`--strict` enforces them too).
 
@@ -80,13 +81,17 @@ def _jupyter_server_extension_points():
     return [{"module": "soak_lag_probe"}]
 
 _gc_started = [0.0]
-_gc_pauses = []  # (generation, seconds) of each collection since the last flush
+_gc_pauses = []  # (generation, seconds, heap) of each collection since the last flush
 
 def _on_gc(phase, info):
     if phase == "start":
         _gc_started[0] = time.perf_counter()
-    else:
-        _gc_pauses.append((info["generation"], round(time.perf_counter() - _gc_started[0], 5)))
+        return
+    seconds = round(time.perf_counter() - _gc_started[0], 5)
+    # After a full collection: the objects the next one scans (frozen ones are not counted).
+    # Counting takes ~1 ms, once or twice a run.
+    heap = len(gc.get_objects(2)) if info["generation"] == 2 else None
+    _gc_pauses.append((info["generation"], seconds, heap))
 
 async def _probe(path):
     loop = asyncio.get_running_loop()
@@ -170,6 +175,7 @@ class Outcome:
     loop_cpu_max: float | None = None
     gc_max: float | None = None
     load: float = 0.0
+    heap: int | None = None  # median of the objects left in the oldest generation after full GCs
 
 
 class Server:
@@ -297,7 +303,7 @@ class Server:
     def windows_since(self, since: float) -> list[dict[str, Any]]:
         """The probe's one-second windows after `since`: "lags", each probe's (lag, CPU seconds
         of the loop's thread meanwhile), and "gc", each garbage collection's (generation,
-        seconds)."""
+        seconds, and after a full one the objects left in the oldest generation)."""
         if not self.lag_file.exists():
             return []
         windows = map(json.loads, self.lag_file.read_text().splitlines())
@@ -388,13 +394,19 @@ def report(
             f"p99 {percentile(busy, 0.99) * 1000:.1f} ms (lag beyond it is the machine's load, "
             f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
         )
-        pauses = [(gen, seconds) for window in windows for gen, seconds in window["gc"]]
-        full = [seconds for gen, seconds in pauses if gen == 2]
-        outcome.gc_max = max((seconds for _, seconds in pauses), default=0.0)
+        pauses = [pause for window in windows for pause in window["gc"]]
+        full = [(seconds, heap) for gen, seconds, heap in pauses if gen == 2]
+        outcome.gc_max = max((seconds for _, seconds, _ in pauses), default=0.0)
         print(
             f"  garbage collections: {len(pauses):,}, the longest {outcome.gc_max * 1000:.1f} ms; "
-            f"{len(full)} full, the longest {max(full, default=0.0) * 1000:.1f} ms"
+            f"{len(full)} full, the longest {max(full, default=(0.0, 0))[0] * 1000:.1f} ms"
         )
+        if full:
+            outcome.heap = int(statistics.median(heap for _, heap in full))
+            print(
+                f"  objects a full collection scans (left after each): "
+                f"{', '.join(f'{heap:,}' for _, heap in full)}"
+            )
     else:
         print("event-loop lag: no probe samples after warm-up (run longer than --warmup)")
 
@@ -444,6 +456,8 @@ def compare(baseline: Outcome, measured: Outcome) -> None:
             f"{ms(getattr(measured, field_name)):>14}"
         )
     print(f"  {'load average at the end':<32}{baseline.load:>14.1f}{measured.load:>14.1f}")
+    heaps = [f"{heap:,}" if heap is not None else "-" for heap in (baseline.heap, measured.heap)]
+    print(f"  {'objects a full GC scans, median':<32}{heaps[0]:>14}{heaps[1]:>14}")
     if baseline.lag_max and measured.lag_max:
         print(f"  max lag, as set / baseline: {measured.lag_max / baseline.lag_max:.2f}")
 
