@@ -54,6 +54,17 @@ async def eventually(condition: Callable[[], bool]) -> None:
             await asyncio.sleep(0.01)
 
 
+async def open_stream(
+    api: Any, jp_ws_fetch: Any, distrun_app: Any
+) -> tuple[WebSocketClientConnection, Any]:
+    """A stream of a new job, open past its first status, and the server's handler of it."""
+    job_id = await submit(api)
+    ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+    assert (await receive(ws) or {})["type"] == "status"
+    [handler] = distrun_app.streams.values()
+    return ws, handler
+
+
 async def test_stream_sends_status_lines_as_they_come_then_end_and_closes_1000(
     api, jp_ws_fetch, fake_engine: FakeEngine
 ):
@@ -199,10 +210,7 @@ async def test_client_disconnect_stops_the_follower_and_its_task(
 async def test_a_closed_streams_ping_timer_stops_at_once_and_lets_go_of_the_handler(
     api, jp_ws_fetch, fake_engine: FakeEngine, distrun_app
 ):
-    job_id = await submit(api)
-    ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
-    assert (await receive(ws) or {})["type"] == "status"
-    [handler] = distrun_app.streams.values()
+    ws, handler = await open_stream(api, jp_ws_fetch, distrun_app)
     ping = handler.ping_callback
     assert ping is not None and ping.is_running()
     ws.close()
@@ -215,10 +223,7 @@ async def test_a_closed_streams_ping_timer_stops_at_once_and_lets_go_of_the_hand
 async def test_a_closed_streams_handler_is_freed_at_once_without_the_garbage_collector(
     api, jp_ws_fetch, fake_engine: FakeEngine, distrun_app
 ):
-    job_id = await submit(api)
-    ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
-    assert (await receive(ws) or {})["type"] == "status"
-    [handler] = distrun_app.streams.values()
+    ws, handler = await open_stream(api, jp_ws_fetch, distrun_app)
     handler_gone = weakref.ref(handler)
     del handler
     gc.disable()  # only reference counting frees it: no cycle may keep it, nor any timer
@@ -230,10 +235,7 @@ async def test_a_closed_streams_handler_is_freed_at_once_without_the_garbage_col
 
 
 async def test_stream_socket_has_tcp_nodelay(api, jp_ws_fetch, distrun_app):
-    job_id = await submit(api)
-    ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
-    assert (await receive(ws) or {})["type"] == "status"
-    [handler] = distrun_app.streams.values()
+    ws, handler = await open_stream(api, jp_ws_fetch, distrun_app)
     assert handler.socket_nodelay() is True
     ws.close()
 
