@@ -216,6 +216,10 @@ class DistrunServer:
         if self.component is not None:
             self.component.stop()
 
+    def kill(self) -> None:
+        if self.component is not None:
+            self.component.kill()
+
     def log_tail(self) -> str:
         return self.component.log_tail(80) if self.component else ""
 

@@ -85,6 +85,12 @@ class Component:
         # The leader is gone; anything it left in its group goes too.
         signal_group(process.pid, signal.SIGKILL)
 
+    def kill(self) -> None:
+        """SIGKILL, as a crash or an OOM kill ends it: no shutdown of any kind."""
+        if self.process is not None:
+            signal_group(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
     def log_tail(self, lines: int = 40) -> str:
         try:
             text = self.log_path.read_text(errors="replace")

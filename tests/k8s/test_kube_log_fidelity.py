@@ -45,7 +45,7 @@ ALICE_NS = user_namespace("alice")
 CRI_PIECE_BYTES = 16 * 1024  # containerd records a longer line in pieces of this size
 CUT_EVERY = 17  # every 17th line is also recorded in two pieces, as a line written in parts
 BURSTS = 8
-RESUMES = 3  # reconnects to the same server, plus one to the other server
+RESUMES = 3  # reconnects to the first server (once after it was killed), plus one to the other
 Entry = tuple[bytes, bool]  # a piece of a line, and whether the line goes on after it
 MiB = 1024 * 1024
 
@@ -138,7 +138,7 @@ async def read_segment(
             raise AssertionError(f"unexpected message {message}")
 
 
-async def test_every_line_of_four_replicas_reaches_a_resuming_client_exactly_once_on_two_servers(
+async def test_every_line_of_four_replicas_reaches_a_resuming_client_exactly_once_across_servers(
     servers: tuple[DistrunServer, DistrunServer], kube_cluster: KubeCluster, kube_admin: Any
 ) -> None:
     seed = fidelity_seed()
@@ -152,9 +152,12 @@ async def test_every_line_of_four_replicas_reaches_a_resuming_client_exactly_onc
     feeder = asyncio.create_task(feed(logs, LINES_PER_REPLICA, rng))
     total = len(replicas) * LINES_PER_REPLICA
     # The client goes away after a random number of lines, RESUMES + 1 times; one of its
-    # reconnects goes to the other server. (The last lines end only with the job: no stop there.)
+    # reconnects goes to the other server, and once it is its server that goes away: killed
+    # mid-stream (SIGKILL) and started again. (The last lines end only with the job: no stop.)
     stops = sorted(rng.sample(range(1, total - len(replicas)), RESUMES + 1))
     elsewhere = rng.randint(1, len(stops))  # the segment the other server serves
+    # The first server is killed at the end of this segment, and serves the next one restarted.
+    crash = rng.choice([s for s in range(len(stops)) if elsewhere not in (s, s + 1)])
     checker = SequenceChecker(replicas)
     states: list[str] = []
     path = ("distrun", "jobs", submitted["id"], "logs", "stream")
@@ -172,13 +175,18 @@ async def test_every_line_of_four_replicas_reaches_a_resuming_client_exactly_onc
             raise AssertionError(f"{error} (segment {segment}, seed {seed})") from None
         if stop is not None:
             assert not ended, f"the stream ended before the job did (seed {seed})"
-            ws.close()
+            if segment == crash:
+                server.kill()  # with frames still on their way
+                await asyncio.to_thread(server.start)
+            else:
+                ws.close()
             await asyncio.sleep(rng.random() * 0.3)  # away for a while; the replicas write on
 
     elapsed = time.monotonic() - started
     print(
-        f"\n{total:,} lines from {len(replicas)} pods in {elapsed:.1f} s, {RESUMES} resumes and "
-        f"1 on the other server (segment {elsewhere}), seed {seed}"
+        f"\n{total:,} lines from {len(replicas)} pods in {elapsed:.1f} s, {RESUMES + 1} resumes: "
+        f"segment {elsewhere} on the other server, the first killed after segment {crash} and "
+        f"restarted, seed {seed}"
     )
     assert ended and states[-1] == "succeeded", (states, seed)
     assert checker.next_seq == dict.fromkeys(replicas, LINES_PER_REPLICA), f"seed {seed}"
