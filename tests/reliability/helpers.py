@@ -2,11 +2,12 @@
 a job's processes through /proc."""
 
 import asyncio
+import gc
 import os
 import textwrap
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import aclosing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,16 @@ async def wait_for_job(
         raise AssertionError(f"the job ended without {what}")
 
     return await asyncio.wait_for(watch(), WAIT)
+
+
+@contextmanager
+def gc_disabled() -> Iterator[None]:
+    """Only reference counting frees objects meanwhile: what is freed had no cycle holding it."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 async def wait_until(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:

@@ -1,13 +1,14 @@
 """The server with its default engine, the real local engine: real replica processes."""
 
 import asyncio
-import gc
 import json
 import weakref
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.reliability.helpers import gc_disabled, wait_until
 
 pytest.importorskip("distrun.engines.local", reason="the local engine lands in a parallel branch")
 
@@ -57,14 +58,9 @@ async def test_a_viewer_that_leaves_a_job_others_watch_is_freed_at_once(
         while json.loads(await viewers[-1].read_message())["type"] != "lines":
             pass
     first_handler_gone = weakref.ref(next(iter(distrun_app.streams.values())))
-    gc.disable()  # only reference counting frees it: no cycle may keep it, nor any task or timer
-    try:
+    with gc_disabled():  # no cycle may keep it, nor any task or timer
         viewers[0].close()
-        async with asyncio.timeout(30):
-            while first_handler_gone() is not None:
-                await asyncio.sleep(0.01)
-    finally:
-        gc.enable()
+        await wait_until(lambda: first_handler_gone() is None, "the first viewer is freed", 30)
     assert len(distrun_app.streams) == 1
     viewers[1].close()
     await api("jobs", job["id"], "cancel", method="POST", body={})

@@ -1,7 +1,6 @@
 """The log websocket through a real jupyter_server with an in-memory engine."""
 
 import asyncio
-import gc
 import json
 import weakref
 from collections.abc import Callable
@@ -12,6 +11,7 @@ from tornado.websocket import WebSocketClientConnection
 from distrun.engines.base import JobState, LogLine
 from distrun.stream import FRAME_MAX_BYTES, FRAME_MAX_LINES, frames
 from tests.fake_engine import FakeEngine
+from tests.reliability.helpers import gc_disabled
 from tests.server.conftest import BOB
 
 SPEC = {"framework": "generic", "code": "", "roles": {"worker": {"replicas": 2}}}
@@ -226,12 +226,9 @@ async def test_a_closed_streams_handler_is_freed_at_once_without_the_garbage_col
     ws, handler = await open_stream(api, jp_ws_fetch, distrun_app)
     handler_gone = weakref.ref(handler)
     del handler
-    gc.disable()  # only reference counting frees it: no cycle may keep it, nor any timer
-    try:
+    with gc_disabled():  # no cycle may keep it, nor any timer
         ws.close()
         await eventually(lambda: handler_gone() is None)
-    finally:
-        gc.enable()
 
 
 async def test_stream_socket_has_tcp_nodelay(api, jp_ws_fetch, distrun_app):
