@@ -17,6 +17,7 @@ from kubernetes_asyncio import client
 from .cluster import KWOK_LOGS, KubeCluster, PodLog
 
 WAIT = 60.0  # seconds: generous, the machine may be loaded
+PYTORCHJOBS = "kubeflow.org/v1/pytorchjobs"  # as get_custom names a custom resource
 
 
 def now(later: float = 0.0) -> str:

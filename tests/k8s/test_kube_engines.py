@@ -14,7 +14,7 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio import client
 
-from distrun.engines.base import JobState, JobUpdate, LogBatch, LogLine
+from distrun.engines.base import Job, JobState, JobUpdate, LogBatch, LogLine
 from distrun.engines.kube_engine import KubeEngine
 from distrun.engines.kubeflow import KubeflowEngine
 from distrun.engines.trainer import TrainerEngine
@@ -24,7 +24,13 @@ from distrun.spec import JobSpec
 
 from ..reliability.helpers import first_batch
 from .cluster import KubeCluster, PodLog
-from .operator_sim import create_pod, get_custom, pytorch_pod_labels, set_job_conditions
+from .operator_sim import (
+    PYTORCHJOBS,
+    create_pod,
+    get_custom,
+    pytorch_pod_labels,
+    set_job_conditions,
+)
 
 pytestmark = pytest.mark.kubernetes
 
@@ -66,6 +72,15 @@ async def is_gone(read: Callable[[], Any]) -> bool:
     except client.exceptions.ApiException as error:
         return error.status == 404
     return False
+
+
+async def submit_pytorchjob(
+    engine: KubeEngine, api: Any, namespace: str, **fields: Any
+) -> tuple[Job, dict[str, Any]]:
+    """alice's job of `spec(**fields)` on the Kubeflow engine, and the PyTorchJob the API server
+    stores for it (the owner of its pods)."""
+    job = await engine.submit(spec(**fields), "alice")
+    return job, await get_custom(api, namespace, PYTORCHJOBS, job.id)
 
 
 async def pytorch_pod(
@@ -186,8 +201,7 @@ async def test_status_follows_the_operators_conditions_and_the_last_terminal_one
     engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
 ) -> None:
     engine = engines["kubeflow"]
-    job = await engine.submit(spec(), "alice")
-    stored = await get_custom(kube_admin, kube_namespace, "kubeflow.org/v1/pytorchjobs", job.id)
+    job, stored = await submit_pytorchjob(engine, kube_admin, kube_namespace)
     await set_job_conditions(kube_admin, stored, "Created", "Running")
     assert (await engine.get_job(job.id, "alice")).state == JobState.RUNNING
     await set_job_conditions(kube_admin, stored, "Created", "Failed")
@@ -236,8 +250,9 @@ async def test_follow_picks_up_late_and_replaced_pods_and_seqs_continue(
     kube_cluster: KubeCluster, engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
 ) -> None:
     engine = engines["kubeflow"]
-    job = await engine.submit(spec(roles={"worker": {"replicas": 1}}), "alice")
-    owner = await get_custom(kube_admin, kube_namespace, "kubeflow.org/v1/pytorchjobs", job.id)
+    job, owner = await submit_pytorchjob(
+        engine, kube_admin, kube_namespace, roles={"worker": {"replicas": 1}}
+    )
     events = engine.follow(job.id, "alice")
     seen: list[Any] = []
     done = asyncio.Event()
@@ -319,8 +334,9 @@ async def test_follow_resumes_from_a_cursor_without_repeating(
     kube_cluster: KubeCluster, engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
 ) -> None:
     engine = engines["kubeflow"]
-    job = await engine.submit(spec(roles={"worker": {"replicas": 0}}), "alice")
-    owner = await get_custom(kube_admin, kube_namespace, "kubeflow.org/v1/pytorchjobs", job.id)
+    job, owner = await submit_pytorchjob(
+        engine, kube_admin, kube_namespace, roles={"worker": {"replicas": 0}}
+    )
     await pytorch_pod(
         kube_cluster,
         kube_admin,
@@ -371,15 +387,10 @@ async def test_a_failed_replica_is_named_with_its_exit_and_last_lines_and_no_pod
     kube_cluster: KubeCluster, engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
 ) -> None:
     engine = engines["kubeflow"]
-    job = await engine.submit(spec(roles={"worker": {"replicas": 1}}), "alice")
-    owner = await get_custom(kube_admin, kube_namespace, "kubeflow.org/v1/pytorchjobs", job.id)
-    await pytorch_pod(
-        kube_cluster,
-        kube_admin,
-        owner,
-        "master",
-        lines=("m0",),
+    job, owner = await submit_pytorchjob(
+        engine, kube_admin, kube_namespace, roles={"worker": {"replicas": 1}}
     )
+    await pytorch_pod(kube_cluster, kube_admin, owner, "master", lines=("m0",))
     await pytorch_pod(
         kube_cluster,
         kube_admin,
@@ -422,8 +433,9 @@ async def test_followers_never_take_the_connections_every_other_call_needs(
     engine = KubeflowEngine(api_client=small_pool, namespace=kube_namespace)
     followers: list[AsyncGenerator[Any, None]] = []
     try:
-        job = await engine.submit(spec(roles={"worker": {"replicas": 3}}), "alice")
-        owner = await get_custom(kube_admin, kube_namespace, "kubeflow.org/v1/pytorchjobs", job.id)
+        job, owner = await submit_pytorchjob(
+            engine, kube_admin, kube_namespace, roles={"worker": {"replicas": 3}}
+        )
         await pytorch_pod(kube_cluster, kube_admin, owner, "master", lines=("m0",))
         for index in range(3):
             await create_pod(

@@ -34,13 +34,19 @@ from ..reliability.helpers import SequenceChecker, first_batch, read_all, wait_u
 from ..reliability.numbered_lines import line_bytes
 from .cluster import KubeCluster, PodLog
 from .distrun_server import DistrunServer, receive, submit_cell, user_namespace
-from .operator_sim import WAIT, create_pod, get_custom, pytorch_pod_labels, set_job_conditions
+from .operator_sim import (
+    PYTORCHJOBS,
+    WAIT,
+    create_pod,
+    get_custom,
+    pytorch_pod_labels,
+    set_job_conditions,
+)
 
 pytestmark = pytest.mark.kubernetes
 
 LINES_PER_REPLICA = int(os.environ.get("DISTRUN_K8S_FIDELITY_LINES", "20000"))
 CELL = "%engine=kubeflow\n%framework=pytorch\n%worker=3\nprint('numbered lines')\n"
-PYTORCHJOBS = "kubeflow.org/v1/pytorchjobs"
 ALICE_NS = user_namespace("alice")
 CRI_PIECE_BYTES = 16 * 1024  # containerd records a longer line in pieces of this size
 CUT_EVERY = 17  # every 17th line is also recorded in two pieces, as a line written in parts

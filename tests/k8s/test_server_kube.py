@@ -28,6 +28,7 @@ from .distrun_server import (
     user_namespace,
 )
 from .operator_sim import (
+    PYTORCHJOBS,
     WAIT,
     create_pod,
     get_custom,
@@ -39,7 +40,6 @@ pytestmark = pytest.mark.kubernetes
 
 ALICE_NS = user_namespace("alice")
 CELL = "%engine=kubeflow\n%framework=pytorch\n%worker=1\nprint('hello from every replica')\n"
-PYTORCHJOBS = "kubeflow.org/v1/pytorchjobs"
 
 
 @pytest.fixture(scope="module")
