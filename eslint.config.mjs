@@ -47,7 +47,31 @@ export default defineConfig([
     }
   },
   {
-    files: ['labextension/src/__tests__/**/*.ts'],
+    // Features (run, sidebar, output, logviewer) share code through common/ only; index.ts
+    // wires them together (docs/architecture.md).
+    files: ['labextension/src/*/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: [
+                '**/run/*',
+                '**/sidebar/*',
+                '**/output/*',
+                '**/logviewer/*'
+              ],
+              message:
+                'a feature imports common/ and its own modules only; move what two features share to common/'
+            }
+          ]
+        }
+      ]
+    }
+  },
+  {
+    files: ['labextension/src/**/__tests__/**/*.ts'],
     languageOptions: {
       globals: { ...globals.jest, ...globals.node },
       parserOptions: { project: null }

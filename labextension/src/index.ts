@@ -29,22 +29,22 @@ import {
   ReadonlyPartialJSONObject
 } from '@lumino/coreutils';
 
-import { cancelJob, deleteJob } from './api';
+import { cancelJob, deleteJob } from './common/api';
 // The form is part of the sidebar, needed at activation like it.
 // eslint-disable-next-line jupyter/prefer-lazy-imports
-import { RunForm } from './form';
+import { RunForm } from './run/form';
 import {
   choiceFromSpec,
   choiceToOverrides,
   hasMagicHeader,
   IRunChoice
-} from './header';
-import { distrunIcon } from './icons';
+} from './run/header';
+import { distrunIcon } from './common/icons';
 // The sidebar is needed at activation (the layout restorer tracks it), so load it eagerly.
 // eslint-disable-next-line jupyter/prefer-lazy-imports
-import { JobListPanel } from './sidebar';
-import { CommandIDs, PLUGIN_ID, TRANSLATION_DOMAIN } from './tokens';
-import { logViewerPlugin } from './viewerplugin';
+import { JobListPanel } from './sidebar/sidebar';
+import { CommandIDs, PLUGIN_ID, TRANSLATION_DOMAIN } from './common/tokens';
+import { logViewerPlugin } from './logviewer/viewerplugin';
 
 const LAST_CHOICE_KEY = `${PLUGIN_ID}:last-choice`;
 
@@ -203,7 +203,8 @@ function addCommands(
       if (!panel || !activeCodeCell(panel)) {
         return;
       }
-      const { runCellDistributed, selectedSource } = await import('./runcell');
+      const { runCellDistributed, selectedSource } =
+        await import('./run/runcell');
       const cell = selectedSource(panel);
       // Before the form knows the server's frameworks, fall back to the remembered choice.
       const overrides =
@@ -338,7 +339,7 @@ function cancelJobsOnInterrupt(
       return; // the Kernel menu runs the notebook's own command: cancel once
     }
     cancelling.add(panel);
-    void import('./runcell')
+    void import('./run/runcell')
       .then(({ cancelNotebookJobs }) => cancelNotebookJobs(panel))
       .catch(error =>
         showErrorMessage(trans.__('Cannot cancel the jobs'), error as Error)

@@ -1,4 +1,5 @@
-import { formatStatus, ITrans } from '../format';
+import { formatStatus } from '../format';
+import { ITrans } from '../trans';
 import { IJob } from '../model';
 import { describeWaiting, stuckWords } from '../stuck';
 

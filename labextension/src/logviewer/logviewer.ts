@@ -17,17 +17,17 @@ import {
 import { CommandRegistry } from '@lumino/commands';
 import { Panel, Widget } from '@lumino/widgets';
 
-import { replicaColorIndex, replicaPrefix } from './colors';
-import { formatStatus } from './format';
-import { distrunIcon } from './icons';
-import { LogBuffer } from './logbuffer';
+import { replicaColorIndex, replicaPrefix } from '../common/colors';
+import { formatStatus } from '../common/format';
+import { distrunIcon } from '../common/icons';
+import { LogBuffer } from '../common/logbuffer';
 import { DEFAULT_CAPACITY, LogStore, LogView } from './logstore';
 import { MetricStore } from './metrics';
 import { MetricsPanel } from './metricspanel';
-import { IJob, isTerminal, LogTuple } from './model';
-import { cellFromSpec } from './specheader';
-import { JobStream } from './stream';
-import { CommandIDs, TRANSLATION_DOMAIN } from './tokens';
+import { IJob, isTerminal, LogTuple } from '../common/model';
+import { cellFromSpec } from '../common/specheader';
+import { connectJobStream, JobStream } from '../common/stream';
+import { CommandIDs, TRANSLATION_DOMAIN } from '../common/tokens';
 import { VirtualList } from './virtuallist';
 
 /** Time a frame may spend taking in new lines; the rest is the browser's. */
@@ -88,21 +88,12 @@ export class LogViewer extends Panel {
     );
 
     this._build();
-    this._stream = new JobStream(
-      this.jobId,
-      {
-        lines: lines => this._onLines(lines),
-        status: job => this._onStatus(job),
-        end: () => this._onEnd(),
-        error: message => this._showNotice(message, true),
-        disconnected: seconds =>
-          this._showNotice(
-            this._trans.__('connection lost; reconnecting in %1 s', seconds)
-          )
-      },
-      () => this._buffer.sinceParam()
-    );
-    this._stream.connect();
+    this._stream = connectJobStream(this.jobId, this._buffer, this._trans, {
+      lines: lines => this._onLines(lines),
+      status: job => this._onStatus(job),
+      end: () => this._onEnd(),
+      notice: (message, isError) => this._showNotice(message, isError)
+    });
   }
 
   readonly jobId: string;

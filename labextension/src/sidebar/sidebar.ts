@@ -9,17 +9,17 @@ import { Widget } from '@lumino/widgets';
 import { ITranslator, TranslationBundle } from '@jupyterlab/translation';
 import { refreshIcon } from '@jupyterlab/ui-components';
 
-import { DistrunAPIError, listJobs } from './api';
+import { DistrunAPIError, listJobs } from '../common/api';
 import {
   formatAge,
   formatDuration,
   formatStatus,
   jobDuration,
   stateLabel
-} from './format';
-import { distrunIcon } from './icons';
-import { IJob, isTerminal } from './model';
-import { CommandIDs, TRANSLATION_DOMAIN } from './tokens';
+} from '../common/format';
+import { distrunIcon } from '../common/icons';
+import { IJob, isTerminal } from '../common/model';
+import { CommandIDs, TRANSLATION_DOMAIN } from '../common/tokens';
 
 const POLL_INTERVAL_MS = 2000;
 /** Consecutive failed checks before the panel says the server extension is missing. */

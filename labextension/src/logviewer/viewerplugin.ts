@@ -22,9 +22,9 @@ import {
 } from '@jupyterlab/translation';
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
-import { IJob, isJobId } from './model';
+import { IJob, isJobId } from '../common/model';
 import type { LogViewer } from './logviewer';
-import { CommandIDs, PLUGIN_ID, TRANSLATION_DOMAIN } from './tokens';
+import { CommandIDs, PLUGIN_ID, TRANSLATION_DOMAIN } from '../common/tokens';
 
 const JOB_ID_ARGS = {
   args: {
@@ -134,7 +134,7 @@ function addCommands(
     describedBy: JOB_ID_ARGS,
     execute: async args => {
       try {
-        const { getJob, submitSpec } = await import('./jobactions');
+        const { getJob, submitSpec } = await import('../run/jobactions');
         const job = await getJob(jobId(args));
         await opened(await submitSpec(job.spec));
       } catch (error) {
@@ -156,7 +156,7 @@ function addCommands(
     describedBy: JOB_ID_ARGS,
     execute: async args => {
       try {
-        const { editAndRunAgain, getJob } = await import('./jobactions');
+        const { editAndRunAgain, getJob } = await import('../run/jobactions');
         const job = await getJob(jobId(args));
         await opened(await editAndRunAgain(job, trans as TranslationBundle));
       } catch (error) {
@@ -175,7 +175,7 @@ function addCommands(
     describedBy: JOB_ID_ARGS,
     execute: async args => {
       try {
-        const { downloadLogs } = await import('./jobactions');
+        const { downloadLogs } = await import('../run/jobactions');
         await downloadLogs(jobId(args));
       } catch (error) {
         void showErrorMessage(

@@ -5,7 +5,7 @@
  * keeps the engine's text after it, so nothing the cluster said is lost.
  */
 
-import { ITrans } from './format';
+import { ITrans } from './trans';
 
 interface IKnownReason {
   pattern: RegExp;

@@ -5,11 +5,7 @@
 
 import { IJob, IReplicaStatus, JobState } from './model';
 import { describeWaiting } from './stuck';
-
-/** What we need of a translation bundle (`TranslationBundle` satisfies it). */
-export interface ITrans {
-  __(msgid: string, ...args: any[]): string;
-}
+import { ITrans } from './trans';
 
 /** The state in one translated word, for badges. */
 export function stateLabel(state: JobState, trans: ITrans): string {

@@ -7,7 +7,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
 
 import { IChartSeries, renderChart } from './chart';
-import { replicaColorIndex } from './colors';
+import { replicaColorIndex } from '../common/colors';
 import { MetricStore } from './metrics';
 
 /** Redraw at most this often while lines stream in. */

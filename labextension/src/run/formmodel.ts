@@ -3,13 +3,13 @@
  * a cell's header, turned into the `overrides` of `POST /distrun/jobs`, and matched to the
  * `field` of a server error.
  *
- * The header reader here only pre-fills the form; the server's parser (distrun.magics) stays
+ * The header reader here only pre-fills the form; the server's parser (distrun.core.header) stays
  * the authority. It reads the settings the form shows (framework, role counts and resources,
  * image, engine, namespace) following the server's rules and ignores everything else, so a cell
  * with a header is sent as written plus only the fields the user then edited in the form.
  */
 
-import { IJobSpec } from './model';
+import { IJobSpec } from '../common/model';
 
 export interface IRoleInfo {
   name: string;

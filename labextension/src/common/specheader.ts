@@ -1,6 +1,6 @@
 /**
  * A submitted job's spec written back as a cell (a magic header, then the code), for
- * "Edit and run again". The header uses the keys of the server's parser (distrun.magics) and
+ * "Edit and run again". The header uses the keys of the server's parser (distrun.core.header) and
  * leaves out values equal to the defaults, so it reads like what a person would write.
  * What a header cannot carry travels beside the cell as `overrides`: the shipped files (their
  * content came from the notebook's directory at the first run) and env values that a header
@@ -29,7 +29,7 @@ const SCALARS: ReadonlyArray<[field: string, key: string, fallback: unknown]> =
 
 const RESOURCES = ['cpu', 'memory', 'gpu'] as const;
 
-/** Roles in the order the frameworks list them (distrun.frameworks), leaders first. */
+/** Roles in the order the frameworks list them (distrun.core.frameworks), leaders first. */
 const ROLE_ORDER = ['master', 'chief', 'launcher', 'ps', 'worker', 'evaluator'];
 
 function roleRank(role: string): number {

@@ -1,4 +1,5 @@
-import { formatAge, formatDuration, formatStatus, ITrans } from '../format';
+import { formatAge, formatDuration, formatStatus } from '../format';
+import { ITrans } from '../trans';
 import { IJob, IReplicaStatus, JobState } from '../model';
 
 /** Substitutes %1, %2, ... like JupyterLab's gettext bundles. */

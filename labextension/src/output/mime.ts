@@ -9,8 +9,8 @@ import { nullTranslator } from '@jupyterlab/translation';
 import { PanelLayout, Widget } from '@lumino/widgets';
 
 import { JobView } from './jobview';
-import { isJobId } from './model';
-import { JOB_MIME_TYPE, TRANSLATION_DOMAIN } from './tokens';
+import { isJobId } from '../common/model';
+import { JOB_MIME_TYPE, TRANSLATION_DOMAIN } from '../common/tokens';
 
 export class JobRenderer extends Widget implements IRenderMime.IRenderer {
   constructor(private readonly _options: IRenderMime.IRendererOptions) {

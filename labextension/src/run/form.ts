@@ -14,7 +14,7 @@ import { ITranslator, TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
 import { PartialJSONObject } from '@lumino/coreutils';
 
-import { DistrunAPIError, requestAPI } from './api';
+import { DistrunAPIError, requestAPI } from '../common/api';
 import {
   applyHeader,
   cloneValues,
@@ -30,8 +30,8 @@ import {
   switchFramework,
   toOverrides
 } from './formmodel';
-import { IJobSpec } from './model';
-import { CommandIDs, TRANSLATION_DOMAIN } from './tokens';
+import { IJobSpec } from '../common/model';
+import { CommandIDs, TRANSLATION_DOMAIN } from '../common/tokens';
 
 /** Notebook metadata key of the last submitted choice: `{"distrun": {"run": {...}}}`. */
 export const METADATA_KEY = 'distrun';

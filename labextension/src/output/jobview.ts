@@ -9,13 +9,14 @@
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
 
-import { cancelJob } from './api';
-import { replicaColorIndex, replicaPrefix } from './colors';
-import { formatStatus, ITrans } from './format';
-import { LogBuffer } from './logbuffer';
-import { IJob, isTerminal, LogTuple } from './model';
-import { JobStream } from './stream';
-import { TRANSLATION_DOMAIN } from './tokens';
+import { cancelJob } from '../common/api';
+import { replicaColorIndex, replicaPrefix } from '../common/colors';
+import { formatStatus } from '../common/format';
+import { ITrans } from '../common/trans';
+import { LogBuffer } from '../common/logbuffer';
+import { IJob, isTerminal, LogTuple } from '../common/model';
+import { connectJobStream, JobStream } from '../common/stream';
+import { TRANSLATION_DOMAIN } from '../common/tokens';
 
 export const DEFAULT_MAX_LINES = 5000;
 /** At most this many lines are painted per animation frame; older ones are counted. */
@@ -39,21 +40,12 @@ export class JobView extends Widget {
     this.node.dataset.testId = 'distrun-job';
     this.node.dataset.jobId = this.jobId;
     this._build();
-    this._stream = new JobStream(
-      this.jobId,
-      {
-        lines: lines => this._onLines(lines),
-        status: job => this._onStatus(job),
-        end: () => this._onEnd(),
-        error: message => this._showNotice(message, true),
-        disconnected: seconds =>
-          this._showNotice(
-            this._trans.__('connection lost; reconnecting in %1 s', seconds)
-          )
-      },
-      () => this._buffer.sinceParam()
-    );
-    this._stream.connect();
+    this._stream = connectJobStream(this.jobId, this._buffer, this._trans, {
+      lines: lines => this._onLines(lines),
+      status: job => this._onStatus(job),
+      end: () => this._onEnd(),
+      notice: (message, isError) => this._showNotice(message, isError)
+    });
   }
 
   readonly jobId: string;

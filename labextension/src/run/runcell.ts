@@ -8,9 +8,20 @@ import { PathExt } from '@jupyterlab/coreutils';
 import { CodeCell } from '@jupyterlab/cells';
 import { NotebookPanel } from '@jupyterlab/notebook';
 
-import { cancelJob, DistrunAPIError, listJobs, submitCell } from './api';
-import { IJob, IJobSpec, isJobId, isTerminal, ISubmitCell } from './model';
-import { JOB_MIME_TYPE } from './tokens';
+import {
+  cancelJob,
+  DistrunAPIError,
+  listJobs,
+  submitCell
+} from '../common/api';
+import {
+  IJob,
+  IJobSpec,
+  isJobId,
+  isTerminal,
+  ISubmitCell
+} from '../common/model';
+import { JOB_MIME_TYPE } from '../common/tokens';
 
 function activeCodeCell(panel: NotebookPanel): CodeCell | null {
   const cell = panel.content.activeCell;

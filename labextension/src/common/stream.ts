@@ -6,7 +6,9 @@
 import { IDisposable } from '@lumino/disposable';
 
 import { logStreamUrl } from './api';
+import { LogBuffer } from './logbuffer';
 import { IJob, LogTuple, StreamMessage } from './model';
+import { ITrans } from './trans';
 
 export interface IStreamHandlers {
   lines(lines: LogTuple[]): void;
@@ -104,4 +106,41 @@ export class JobStream implements IDisposable {
   private _retryTimer = 0;
   private _finished = false;
   private _disposed = false;
+}
+
+/** What a view of a job's stream handles: its lines, status and end, and notices to show. */
+export interface IJobStreamView extends Pick<
+  IStreamHandlers,
+  'lines' | 'status' | 'end'
+> {
+  notice(message: string, isError: boolean): void;
+}
+
+/**
+ * Opens the job's stream for a view (the cell output, the log viewer): it resumes from the
+ * view's buffer cursor on every reconnect, and refusals and lost connections become notices.
+ */
+export function connectJobStream(
+  jobId: string,
+  buffer: LogBuffer,
+  trans: ITrans,
+  view: IJobStreamView
+): JobStream {
+  const stream = new JobStream(
+    jobId,
+    {
+      lines: lines => view.lines(lines),
+      status: job => view.status(job),
+      end: () => view.end(),
+      error: message => view.notice(message, true),
+      disconnected: seconds =>
+        view.notice(
+          trans.__('connection lost; reconnecting in %1 s', seconds),
+          false
+        )
+    },
+    () => buffer.sinceParam()
+  );
+  stream.connect();
+  return stream;
 }

@@ -1,5 +1,5 @@
 import { ERROR_PATTERN, LogStore, LogView } from '../logstore';
-import { LogTuple } from '../model';
+import { LogTuple } from '../../common/model';
 
 function lines(replica: string, texts: string[], firstSeq = 0): LogTuple[] {
   return texts.map((text, i) => [replica, firstSeq + i, 0, text]);

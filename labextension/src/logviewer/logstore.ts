@@ -12,7 +12,7 @@
  * all updated incrementally as lines arrive.
  */
 
-import { LogTuple } from './model';
+import { LogTuple } from '../common/model';
 
 export const DEFAULT_CAPACITY = 2_000_000;
 

@@ -9,9 +9,9 @@ import { ServerConnection } from '@jupyterlab/services';
 import { TranslationBundle } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
 
-import { DistrunAPIError, requestAPI, submitCell } from './api';
-import { IJob, IJobSpec } from './model';
-import { cellFromSpec } from './specheader';
+import { DistrunAPIError, requestAPI, submitCell } from '../common/api';
+import { IJob, IJobSpec } from '../common/model';
+import { cellFromSpec } from '../common/specheader';
 
 export function getJob(id: string): Promise<IJob> {
   return requestAPI<IJob>(`jobs/${encodeURIComponent(id)}`);

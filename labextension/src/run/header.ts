@@ -1,14 +1,14 @@
 /**
  * Whether a cell starts with a distrun header, and the overrides a header-less cell runs with.
  *
- * The server's parser (distrun.magics) is the authority on the header; this only decides
+ * The server's parser (distrun.core.header) is the authority on the header; this only decides
  * whether to send `overrides`, which would win over a header. The rule mirrors the parser's:
  * the first line that is neither blank nor a `#` comment is a header line when it is
  * `%%distrun ...` or a ciao-style `%key=value` (an identifier, then `=`), so IPython line
  * magics such as `%env X=1` or `%time f()` are not headers.
  */
 
-import { IJobSpec } from './model';
+import { IJobSpec } from '../common/model';
 
 const CELL_MAGIC = /^%%distrun(\s|$)/;
 const CIAO_LINE = /^%\s*[A-Za-z][\w.]*\s*=/;
