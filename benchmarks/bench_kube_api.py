@@ -39,12 +39,12 @@ from kubernetes_asyncio import client, config
 from tests.k8s.binaries import ensure_all
 from tests.k8s.cluster import KubeCluster
 
-from distrun.engines.base import LogBatch
-from distrun.engines.kube_engine import KubeEngine
-from distrun.engines.kubeflow import KubeflowEngine
-from distrun.engines.trainer import TrainerEngine
-from distrun.engines.volcano import VolcanoEngine
-from distrun.spec import JobSpec
+from distrun.core.logs import LogBatch
+from distrun.core.spec import JobSpec
+from distrun.engines.kube.engine import KubeEngine
+from distrun.engines.kube.kubeflow import KubeflowEngine
+from distrun.engines.kube.trainer import TrainerEngine
+from distrun.engines.kube.volcano import VolcanoEngine
 
 REPLICAS = 8
 ROUNDS = 10  # the SDK takes ~7 s a round, and every round waits for every tool

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from _common import median, ms, require_local_engine, skip, use_repo_package
 
 if TYPE_CHECKING:
-    from distrun.engines.base import Engine
+    from distrun.engines.protocol import Engine
 
 REPLICAS = 3
 REPLICA_CODE = 'import os\nprint("hello from", os.environ.get("RANK", "?"), flush=True)\n'
@@ -61,8 +61,8 @@ class Breakdown:
 async def through_local_engine(
     engine: "Engine", owner: str, breakdowns: list[Breakdown] | None = None
 ) -> tuple[float, float]:
-    from distrun.engines.base import LogBatch
-    from distrun.spec import JobSpec
+    from distrun.core.logs import LogBatch
+    from distrun.core.spec import JobSpec
 
     spec = JobSpec.from_dict(
         {"framework": "generic", "roles": {"worker": {"replicas": REPLICAS}}, "code": REPLICA_CODE}
@@ -104,7 +104,7 @@ async def main() -> None:
     args = parser.parse_args()
     use_repo_package()
     require_local_engine()
-    from distrun.spec import Limits
+    from distrun.core.spec import Limits
 
     local_engine_class = importlib.import_module("distrun.engines.local").LocalEngine
 

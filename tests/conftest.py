@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from distrun.engines.local import LocalEngine
-from distrun.spec import Limits
-from distrun.supervisor import process_start_time
+from distrun.core.spec import Limits
+from distrun.engines.local.engine import LocalEngine
+from distrun.engines.local.processes import process_start_time
 
 EngineFactory = Callable[..., LocalEngine]
 

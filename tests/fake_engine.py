@@ -13,19 +13,11 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from distrun.engines.base import (
-    Cursor,
-    EngineInfo,
-    Job,
-    JobState,
-    JobUpdate,
-    LogBatch,
-    LogEvent,
-    LogLine,
-    ReplicaStatus,
-)
-from distrun.errors import DistrunError, LimitExceeded, NotFound
-from distrun.spec import JobSpec, Limits
+from distrun.core.errors import DistrunError, LimitExceeded, NotFound
+from distrun.core.job import Job, JobState, ReplicaStatus
+from distrun.core.logs import Cursor, JobUpdate, LogBatch, LogEvent, LogLine
+from distrun.core.spec import JobSpec, Limits
+from distrun.engines.protocol import EngineInfo
 
 # Shared by every instance, so ids are unique across engines as real (random) ids are.
 _JOB_NUMBERS = itertools.count(1)

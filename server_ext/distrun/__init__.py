@@ -5,16 +5,13 @@ def __getattr__(name: str) -> str:
     # Looked up on use only: the supervisor imports this package and must start fast.
     if name != "__version__":
         raise AttributeError(f"module 'distrun' has no attribute {name!r}")
-    from importlib.metadata import PackageNotFoundError, version
+    from distrun.core.version import distrun_version
 
-    try:
-        return version("distrun")  # package.json's, through pyproject.toml
-    except PackageNotFoundError:  # a source tree that was never installed
-        return "0+unknown"
+    return distrun_version()
 
 
 def _jupyter_server_extension_points() -> list[dict[str, object]]:
-    from .app import DistrunApp
+    from distrun.server.app import DistrunApp
 
     return [{"module": "distrun", "app": DistrunApp}]
 

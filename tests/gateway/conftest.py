@@ -10,7 +10,6 @@ here), with `parent_handle=0` so that a kernel outlives its gateway process like
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from typing import Any
 
 import pytest
 from tornado import httpclient, websocket
+
+from tests.server_process import ServerProcess, free_port
 
 from .eg_venv import ensure_eg_venv
 
@@ -44,13 +45,6 @@ def user_token(username: str) -> str:
     finally:
         sys.path.pop(0)
     return sign(KEY.encode(), username)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def http(
@@ -264,59 +258,28 @@ def kill_leftover_kernels(root: Path) -> None:
                 pass
 
 
-class NotebookServer:
-    """jupyter_server 2 with distrun, loaded with gateway_config/singleuser's config."""
-
-    def __init__(self, root: Path, gateway: GatewayReplica, user: str, env: dict[str, str]) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        root.mkdir(parents=True, exist_ok=True)
-        environ = {k: v for k, v in os.environ.items() if not k.startswith(("DISTRUN_", "JUPYTER"))}
-        environ.update(
-            PYTHONPATH=str(SERVER_EXT),
-            JUPYTER_CONFIG_DIR=str(root / "config"),
-            JUPYTER_DATA_DIR=str(root / "data"),
-            JUPYTER_RUNTIME_DIR=str(root / "runtime"),
-            DISTRUN_GATEWAY_URL=gateway.url,
-            DISTRUN_GATEWAY_TOKEN=user_token(user),
-            DISTRUN_URL=self.url,
-            DISTRUN_TOKEN=SERVER_TOKEN,
-            PYTHONUNBUFFERED="1",
-        )
-        environ.update(env)
-        argv = [
-            sys.executable, "-m", "jupyter_server", "--no-browser", f"--port={self.port}",
-            "--port-retries=0", f"--IdentityProvider.token={SERVER_TOKEN}",
-            f"--ServerApp.root_dir={root}",
-            f"--config={GATEWAY_CONFIG / 'singleuser' / 'jupyter_server_config.py'}",
-            "--ServerApp.jpserver_extensions="
-            + repr({"distrun": True, "jupyterlab": False, "jupyter_lsp": False,
-                    "jupyter_server_terminals": False, "notebook_shim": False}),
-        ]  # fmt: skip
-        if os.geteuid() == 0:
-            argv.append("--allow-root")
-        self.process = Process(argv, environ, root / "server.log")
-        wait_until(
-            lambda: (
-                self.process.proc.poll() is not None
-                or http(self.url + "distrun/engines", token=SERVER_TOKEN)[0] == 200
-            ),
-            "the notebook server",
-        )
-        assert self.process.proc.poll() is None, self.process.output()[-3000:]
-
-    def stop(self) -> None:
-        self.process.terminate()
-
-
 @pytest.fixture
 def notebook_server(tmp_path: Path) -> Iterator[Any]:
-    servers: list[NotebookServer] = []
+    """Starts jupyter_server 2 with distrun, loaded with gateway_config/singleuser's config, as
+    `user` behind `gateway`."""
+    servers: list[ServerProcess] = []
 
-    def start(gateway: GatewayReplica, user: str, **env: str) -> NotebookServer:
-        server = NotebookServer(tmp_path / f"server-{len(servers)}", gateway, user, env)
+    def start(gateway: GatewayReplica, user: str, **env: str) -> ServerProcess:
+        server = ServerProcess(
+            tmp_path / f"server-{len(servers)}",
+            token=SERVER_TOKEN,
+            config_file=GATEWAY_CONFIG / "singleuser" / "jupyter_server_config.py",
+            env={
+                "DISTRUN_GATEWAY_URL": gateway.url,
+                "DISTRUN_GATEWAY_TOKEN": user_token(user),
+                "DISTRUN_TOKEN": SERVER_TOKEN,
+                "PYTHONUNBUFFERED": "1",
+                **env,
+            },
+        )
+        server.env.setdefault("DISTRUN_URL", server.url)
         servers.append(server)
-        return server
+        return server.start()
 
     yield start
     for server in servers:

@@ -8,19 +8,16 @@ tests); each group skips until those modules exist.
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("distrun.magics")
-pytest.importorskip("distrun.engines.local")
+from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +55,7 @@ def distrun(
     env: dict[str, str], *args: str, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "distrun.cli", *args],
+        [sys.executable, "-m", "distrun", *args],
         env=env,
         cwd=cwd,
         capture_output=True,
@@ -174,7 +171,7 @@ def test_an_unknown_job_is_one_error_line_and_exit_code_2(env: dict[str, str]) -
 def test_ctrl_c_cancels_the_job_says_so_and_exits_130(env: dict[str, str], tmp_path: Path) -> None:
     cell = "%framework=generic\n%worker=2\nimport time\nprint('started', flush=True)\ntime.sleep(120)\n"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "distrun.cli", "run", write(tmp_path / "long.txt", cell)],
+        [sys.executable, "-m", "distrun", "run", write(tmp_path / "long.txt", cell)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -227,72 +224,19 @@ def test_submit_then_logs_status_ls_cancel_and_rm(env: dict[str, str], tmp_path:
 # --- the CLI against a real jupyter_server ---------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class Server:
-    """A real `jupyter server` with the distrun extension, as a subprocess."""
-
-    def __init__(self, env: dict[str, str], root: Path, port: int) -> None:
-        self.env, self.root, self.port = env, root, port
-        self.url = f"http://127.0.0.1:{port}/"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        argv = [
-            sys.executable, "-m", "jupyter_server", "--no-browser", f"--port={self.port}",
-            "--port-retries=0", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={self.root}",
-            # only distrun: the others (jupyterlab, lsp, ...) just slow the start down
-            "--ServerApp.jpserver_extensions="
-            + repr({"distrun": True, "jupyterlab": False, "jupyter_lsp": False,
-                          "jupyter_server_terminals": False, "notebook_shim": False}),
-        ]  # fmt: skip
-        if os.geteuid() == 0:
-            argv.append("--allow-root")
-        log = open(self.root / f"server-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(argv, env=self.env, stdout=log, stderr=log)
-        log.close()
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, "jupyter server exited; see its log in tmp_path"
-            try:
-                request = urllib.request.Request(
-                    self.url + "distrun/engines", headers={"Authorization": f"token {TOKEN}"}
-                )
-                with urllib.request.urlopen(request, timeout=5) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.2)
-        raise AssertionError("jupyter server did not answer")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=WAIT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 @pytest.fixture
-def server(env: dict[str, str], tmp_path: Path) -> Iterator[Server]:
-    pytest.importorskip("distrun.app")
-    root = tmp_path / "root"
-    root.mkdir()
-    running = Server(env, root, free_port())
-    running.start()
-    yield running
+def server(env: dict[str, str], tmp_path: Path) -> Iterator[ServerProcess]:
+    """A real server over the same state directory as the CLI's local engine."""
+    state_dir = Path(env["JUPYTER_DATA_DIR"]) / "distrun"
+    running = ServerProcess(
+        tmp_path / "server", token=TOKEN, config={"DistrunApp": {"state_dir": str(state_dir)}}
+    )
+    yield running.start()
     running.stop()
 
 
 def test_run_through_the_server_streams_lines_and_exits_0(
-    env: dict[str, str], server: Server, tmp_path: Path
+    env: dict[str, str], server: ServerProcess, tmp_path: Path
 ) -> None:
     cell = write(tmp_path / "cell.txt", TWO_WORKERS)
     result = distrun(env, "run", cell, "--url", server.url, "--token", TOKEN)
@@ -303,7 +247,7 @@ def test_run_through_the_server_streams_lines_and_exits_0(
 
 
 def test_the_environment_selects_the_server_and_errors_come_back_as_one_line(
-    env: dict[str, str], server: Server, tmp_path: Path
+    env: dict[str, str], server: ServerProcess, tmp_path: Path
 ) -> None:
     remote = {**env, "DISTRUN_URL": server.url, "DISTRUN_TOKEN": TOKEN}
     bad = distrun(remote, "run", write(tmp_path / "bad.txt", "%framework=generic\n%wokers=2\n"))
@@ -319,7 +263,7 @@ def test_the_environment_selects_the_server_and_errors_come_back_as_one_line(
 
 
 def test_jobs_run_from_the_cli_show_up_in_the_server_and_back(
-    env: dict[str, str], server: Server, tmp_path: Path
+    env: dict[str, str], server: ServerProcess, tmp_path: Path
 ) -> None:
     cell = write(tmp_path / "cell.txt", TWO_WORKERS)
     local_id = distrun(env, "submit", cell, "--name", "fromcli").stdout.strip()
@@ -334,7 +278,7 @@ def test_jobs_run_from_the_cli_show_up_in_the_server_and_back(
 
 
 def test_following_resumes_across_a_server_restart_without_losing_or_repeating_lines(
-    env: dict[str, str], server: Server, tmp_path: Path
+    env: dict[str, str], server: ServerProcess, tmp_path: Path
 ) -> None:
     count = 60
     cell = (
@@ -344,7 +288,7 @@ def test_following_resumes_across_a_server_restart_without_losing_or_repeating_l
     remote = ["--url", server.url, "--token", TOKEN]
     job_id = distrun(env, "submit", write(tmp_path / "cell.txt", cell), *remote).stdout.strip()
     follower = subprocess.Popen(
-        [sys.executable, "-m", "distrun.cli", "logs", "-f", job_id, *remote],
+        [sys.executable, "-m", "distrun", "logs", "-f", job_id, *remote],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -367,9 +311,10 @@ def test_following_resumes_across_a_server_restart_without_losing_or_repeating_l
 
 
 async def test_the_server_client_submits_a_cell_follows_it_and_reads_its_logs(
-    server: Server,
+    server: ServerProcess,
 ) -> None:
-    from distrun.client import LinesEvent, ServerClient, StatusEvent
+    from distrun.client.base import LinesEvent, StatusEvent
+    from distrun.client.server_client import ServerClient
 
     client = ServerClient(server.url, TOKEN)
     job = await client.submit_cell(TWO_WORKERS)
@@ -495,7 +440,7 @@ def test_interrupting_the_kernel_cancels_the_job_and_says_so(
 
 
 def test_a_kernel_with_distrun_url_submits_through_the_server(
-    env: dict[str, str], server: Server, tmp_path: Path
+    env: dict[str, str], server: ServerProcess, tmp_path: Path
 ) -> None:
     # A data dir of its own: a job the kernel ran in-process would land there, not in the server
     remote = {**env, "DISTRUN_URL": server.url, "DISTRUN_TOKEN": TOKEN,

@@ -15,11 +15,12 @@ from typing import Any
 
 import pytest
 
-from distrun.engines.base import Job, JobState, JobUpdate, LogBatch, LogLine
-from distrun.engines.local import LOST_REASON, LocalEngine
-from distrun.errors import EngineError, LimitExceeded, NotFound, SpecError
-from distrun.spec import Limits
-from distrun.supervisor import process_start_time
+from distrun.core.errors import EngineError, LimitExceeded, NotFound, SpecError
+from distrun.core.job import Job, JobState
+from distrun.core.logs import JobUpdate, LogBatch, LogLine
+from distrun.core.spec import Limits
+from distrun.engines.local.engine import LOST_REASON, LocalEngine
+from distrun.engines.local.processes import process_start_time
 
 from ..reliability import helpers
 from ..reliability.helpers import spec
@@ -568,7 +569,7 @@ async def test_a_missing_replica_python_fails_the_job_with_a_clear_reason(
 async def test_a_cell_with_a_header_and_body_magics_keeps_traceback_line_numbers(
     local_engine: LocalEngine,
 ) -> None:
-    from distrun.magics import spec_from_cell
+    from distrun.core.header import spec_from_cell
 
     cell = "%%distrun --framework generic --workers 1\n%time x = 1\n\n1 / 0\n"
     job_spec, _ = spec_from_cell(cell)

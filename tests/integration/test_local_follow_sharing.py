@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from distrun import inotify
-from distrun.engines.base import Job, LogBatch
-from distrun.engines.local import LocalEngine
+from distrun.core.job import Job
+from distrun.core.logs import LogBatch
+from distrun.engines.local import inotify
+from distrun.engines.local.engine import LocalEngine
 from tests.reliability.helpers import spec
 
 pytestmark = pytest.mark.integration

@@ -42,9 +42,11 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 from typing_extensions import Self
 
+from tests.server_process import free_port
+
 from .binaries import Binaries
 from .pki import Pki, write_pki
-from .processes import Component, free_port, http_ok, unverified_loopback_context
+from .processes import Component, http_ok, unverified_loopback_context
 
 HERE = Path(__file__).parent
 KWOK_STAGES = HERE / "kwok-stages.yaml"

@@ -11,24 +11,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import secrets
-import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import kubernetes
 import yaml
 from kubernetes.client.exceptions import ApiException
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
-from tornado.websocket import WebSocketClientConnection, websocket_connect
+from tornado.websocket import WebSocketClientConnection
+
+from tests.server_process import ServerProcess, free_port
 
 from .cluster import KubeCluster
-from .processes import Component, free_port, http_ok
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER_NAMESPACE = "distrun-system"
@@ -37,7 +33,6 @@ NAMESPACE_TEMPLATE = "distrun-{username}"
 USERS = ("alice", "bob")
 TOKENS = {user: f"{user}-{secrets.token_hex(8)}" for user in USERS}
 BASE_URL = "/hub/user/shared/"  # a base URL as JupyterHub gives one, to prove routes honour it
-STARTUP_TIMEOUT = 90.0
 REQUEST_TIMEOUT = 60.0
 
 _JOB_VERBS = ["get", "list", "watch", "create", "delete"]
@@ -68,9 +63,9 @@ def engine_config(kubeconfig: Path) -> dict[str, Any]:
     """DistrunApp.engines for the three Kubernetes engines, per-user namespaces."""
     kwargs = {"kubeconfig": str(kubeconfig), "namespace": NAMESPACE_TEMPLATE}
     return {
-        "kubeflow": {"class": "distrun.engines.kubeflow.KubeflowEngine", "kwargs": kwargs},
-        "volcano": {"class": "distrun.engines.volcano.VolcanoEngine", "kwargs": kwargs},
-        "trainer": {"class": "distrun.engines.trainer.TrainerEngine", "kwargs": kwargs},
+        "kubeflow": {"class": "distrun.engines.kube.kubeflow.KubeflowEngine", "kwargs": kwargs},
+        "volcano": {"class": "distrun.engines.kube.volcano.VolcanoEngine", "kwargs": kwargs},
+        "trainer": {"class": "distrun.engines.kube.trainer.TrainerEngine", "kwargs": kwargs},
     }
 
 
@@ -147,33 +142,14 @@ def _create_or_keep(create: Any) -> None:
             raise
 
 
-@dataclass
 class DistrunServer:
-    """One jupyter_server process; `start()` returns once it answers."""
+    """A real server (tests/server_process.py) with the Kubernetes engines beside the local
+    one, under `BASE_URL`, where each user authenticates with their own token."""
 
-    engines: dict[str, Any]
-    default_engine: str = "local"
-    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="distrun-srv-")))
-
-    def __post_init__(self) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}{BASE_URL}"
-        self.component: Component | None = None
-
-    def start(self) -> DistrunServer:
-        for name in ("root", "config", "data", "runtime", "state"):
-            (self.workdir / name).mkdir(exist_ok=True)
-        config = self.workdir / "config" / "jupyter_server_config.py"
-        settings = {
+    def __init__(self, engines: dict[str, Any], default_engine: str = "local") -> None:
+        workdir = Path(tempfile.mkdtemp(prefix="distrun-srv-"))
+        config = {
             "ServerApp": {
-                "ip": "127.0.0.1",
-                "port": self.port,
-                "port_retries": 0,
-                "base_url": BASE_URL,
-                "open_browser": False,
-                "allow_root": True,
-                "root_dir": str(self.workdir / "root"),
-                "jpserver_extensions": {"distrun": True},
                 "identity_provider_class": (
                     "tests.k8s.server_identity.TokenPerUserIdentityProvider"
                 ),
@@ -183,88 +159,43 @@ class DistrunServer:
             },
             "DistrunApp": {
                 "owner_source": "username",
-                "default_engine": self.default_engine,
-                "state_dir": str(self.workdir / "state"),
-                "engines": {
-                    "local": {"class": "distrun.engines.local.LocalEngine"},
-                    **self.engines,
-                },
+                "default_engine": default_engine,
+                "engines": {"local": {"class": "distrun.engines.local.LocalEngine"}, **engines},
             },
         }
-        # Values go through JSON, so nothing of them is Python code.
-        config.write_text(
-            "import json\n"
-            f"for section, values in json.loads({json.dumps(settings)!r}).items():\n"
-            "    for key, value in values.items():\n"
-            "        c[section][key] = value\n"
-        )
-        env = {
-            **os.environ,
-            "PYTHONPATH": f"{REPO / 'server_ext'}{os.pathsep}{REPO}",
-            "JUPYTER_CONFIG_DIR": str(self.workdir / "config"),
-            "JUPYTER_DATA_DIR": str(self.workdir / "data"),
-            "JUPYTER_RUNTIME_DIR": str(self.workdir / "runtime"),
-            "JUPYTER_PLATFORM_DIRS": "1",
-        }
-        argv = [sys.executable, "-m", "jupyter_server", f"--config={config}"]
-        self.component = Component("jupyter-server", argv, self.workdir / "server.log", env)
-        self.component.start()
-        self.component.wait_ready(lambda: http_ok(f"{self.url}api"), STARTUP_TIMEOUT)
+        self.process = ServerProcess(workdir, config=config, token=None, base_url=BASE_URL)
+
+    @property
+    def url(self) -> str:
+        return self.process.url
+
+    def start(self) -> DistrunServer:
+        self.process.start()
         return self
 
     def stop(self) -> None:
-        if self.component is not None:
-            self.component.stop()
+        self.process.stop()
 
     def kill(self) -> None:
-        if self.component is not None:
-            self.component.kill()
+        self.process.kill()
 
     def log_tail(self) -> str:
-        return self.component.log_tail(80) if self.component else ""
-
-    # --- clients ---
+        return self.process.log_tail(80)
 
     async def call(
         self, user: str, *path: str, method: str = "GET", body: Any = None, **query: Any
     ) -> tuple[int, Any]:
         """(status, JSON body or text) of a request as `user`; errors are returned, not raised."""
-        request = HTTPRequest(
-            self._url(path, query),
-            method=method,
-            headers={"Authorization": f"token {TOKENS[user]}"},
-            body=None if body is None else json.dumps(body),
-            allow_nonstandard_methods=True,
-            request_timeout=REQUEST_TIMEOUT,
+        return await self.process.request(
+            method, "/".join(path), body, headers=_auth(user), query=query
         )
-        try:
-            response = await AsyncHTTPClient().fetch(request)
-        except HTTPClientError as error:
-            if error.response is None:
-                raise
-            response = error.response
-        text = response.body.decode() if response.body else ""
-        if response.headers.get("Content-Type", "").startswith("application/json"):
-            return response.code, json.loads(text)
-        return response.code, text
 
     async def websocket(self, user: str, *path: str, **query: Any) -> WebSocketClientConnection:
-        url = self._url(path, query).replace("http://", "ws://", 1)
-        request = HTTPRequest(
-            url,
-            headers={"Authorization": f"token {TOKENS[user]}"},
-            request_timeout=REQUEST_TIMEOUT,
-        )
-        return await websocket_connect(request)
+        return await self.process.websocket("/".join(path), headers=_auth(user), query=query)
 
-    def _url(self, path: tuple[str, ...], query: dict[str, Any]) -> str:
-        url = self.url + "/".join(path)
-        pairs = [
-            (key, item)
-            for key, value in query.items()
-            for item in (value if isinstance(value, list) else [value])
-        ]
-        return f"{url}?{urlencode(pairs)}" if pairs else url
+
+def _auth(user: str) -> dict[str, str]:
+    return {"Authorization": f"token {TOKENS[user]}"}
 
 
 @contextlib.contextmanager

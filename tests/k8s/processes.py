@@ -6,7 +6,6 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -20,12 +19,6 @@ PR_SET_PDEATHSIG = 1
 
 class ComponentError(RuntimeError):
     """A cluster component exited or never became ready; the message carries its log's tail."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def die_with_parent() -> None:

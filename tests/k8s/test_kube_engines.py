@@ -14,13 +14,14 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio import client
 
-from distrun.engines.base import Job, JobState, JobUpdate, LogBatch, LogLine
-from distrun.engines.kube_engine import KubeEngine
-from distrun.engines.kubeflow import KubeflowEngine
-from distrun.engines.trainer import TrainerEngine
-from distrun.engines.volcano import VolcanoEngine
-from distrun.errors import Forbidden, NotFound
-from distrun.spec import JobSpec
+from distrun.core.errors import Forbidden, NotFound
+from distrun.core.job import Job, JobState
+from distrun.core.logs import JobUpdate, LogBatch, LogLine
+from distrun.core.spec import JobSpec
+from distrun.engines.kube.engine import KubeEngine
+from distrun.engines.kube.kubeflow import KubeflowEngine
+from distrun.engines.kube.trainer import TrainerEngine
+from distrun.engines.kube.volcano import VolcanoEngine
 
 from ..reliability.helpers import first_batch
 from .cluster import KubeCluster, PodLog

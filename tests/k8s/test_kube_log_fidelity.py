@@ -26,9 +26,10 @@ from typing import Any
 import pytest
 from tornado.websocket import WebSocketClientConnection
 
-from distrun.engines.base import Job, JobState, LogLine
-from distrun.engines.kubeflow import KubeflowEngine
-from distrun.spec import JobSpec
+from distrun.core.job import Job, JobState
+from distrun.core.logs import LogLine
+from distrun.core.spec import JobSpec
+from distrun.engines.kube.kubeflow import KubeflowEngine
 
 from ..reliability.helpers import SequenceChecker, first_batch, read_all, wait_until
 from ..reliability.numbered_lines import line_bytes

@@ -58,7 +58,7 @@ def servers(
     second_engines = {
         **engines,
         "offline": {
-            "class": "distrun.engines.kubeflow.KubeflowEngine",
+            "class": "distrun.engines.kube.kubeflow.KubeflowEngine",
             "kwargs": {"kubeconfig": str(offline), "namespace": "distrun-{username}"},
         },
     }

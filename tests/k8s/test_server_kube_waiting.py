@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from tornado.websocket import WebSocketClientConnection
 
-from distrun.engines.volcano import podgroup_reason
+from distrun.engines.kube.volcano import podgroup_reason
 
 from .cluster import KubeCluster
 from .distrun_server import (

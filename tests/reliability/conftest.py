@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from distrun.supervisor import kill_job_processes
+from distrun.engines.local.processes import kill_job_processes
 
 
 @pytest.fixture(autouse=True)

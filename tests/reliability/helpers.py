@@ -10,10 +10,15 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import aclosing, contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from distrun.engines.base import Job, JobUpdate, LogBatch, LogEvent, LogLine
-from distrun.engines.local import LocalEngine
-from distrun.spec import JobSpec
+from tornado.websocket import WebSocketClientConnection
+
+from distrun.core.job import Job
+from distrun.core.logs import JobUpdate, LogBatch, LogEvent, LogLine
+from distrun.core.spec import JobSpec
+from distrun.engines.local.engine import LocalEngine
+from tests.server_process import ServerProcess
 
 from .numbered_lines import line_text
 
@@ -172,3 +177,25 @@ def open_fds() -> set[str]:
 
 
 EngineFactory = Callable[..., LocalEngine]  # the make_local_engine fixture of tests/conftest.py
+
+
+# --- a real server process (tests/server_process.py) ---------------------------------------
+
+
+def cursor_query(cursor: dict[str, int]) -> str:
+    """A cursor as the `since` query value: `worker-0:10,master-0:0`."""
+    return quote(",".join(f"{replica}:{seq}" for replica, seq in cursor.items()), safe=",:")
+
+
+async def submit(server: ServerProcess, spec: dict[str, Any]) -> dict[str, Any]:
+    status, job = await server.request("POST", "distrun/jobs", {"spec": spec})
+    assert status == 201, job
+    return dict(job)
+
+
+async def log_stream(
+    server: ServerProcess, job_id: str, cursor: dict[str, int]
+) -> WebSocketClientConnection:
+    """The job's log websocket, resuming at `cursor`."""
+    query = {"since": ",".join(f"{r}:{s}" for r, s in cursor.items())} if cursor else None
+    return await server.websocket(f"distrun/jobs/{job_id}/logs/stream", query=query)

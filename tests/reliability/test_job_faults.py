@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from distrun.engines.base import Job, JobState
-from distrun.engines.local import LocalEngine
-from distrun.errors import SpecError
+from distrun.core.errors import SpecError
+from distrun.core.job import Job, JobState
+from distrun.engines.local.engine import LocalEngine
 
 from .helpers import (
     follow_to_end,

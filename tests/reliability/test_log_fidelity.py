@@ -13,8 +13,9 @@ from contextlib import aclosing
 
 import pytest
 
-from distrun.engines.base import Job, JobState, LogBatch
-from distrun.engines.local import LocalEngine
+from distrun.core.job import Job, JobState
+from distrun.core.logs import LogBatch
+from distrun.engines.local.engine import LocalEngine
 
 from .helpers import NUMBERED_LINES_CODE, WAIT, EngineFactory, SequenceChecker, spec
 

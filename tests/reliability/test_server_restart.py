@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from distrun.engines.base import Job, JobState, LogBatch
-from distrun.engines.local import LOST_REASON
-from distrun.errors import EngineError
-from distrun.supervisor import process_start_time
+from distrun.core.errors import EngineError
+from distrun.core.job import Job, JobState
+from distrun.core.logs import LogBatch
+from distrun.engines.local.engine import LOST_REASON
+from distrun.engines.local.processes import process_start_time
 
 from .helpers import (
     NUMBERED_LINES_CODE,

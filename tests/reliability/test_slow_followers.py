@@ -13,9 +13,10 @@ from contextlib import aclosing
 
 import pytest
 
-from distrun.engines.base import JobState, LogBatch
-from distrun.engines.local import LocalEngine
-from distrun.spec import JobSpec
+from distrun.core.job import JobState
+from distrun.core.logs import LogBatch
+from distrun.core.spec import JobSpec
+from distrun.engines.local.engine import LocalEngine
 
 from .helpers import (
     NUMBERED_LINES_CODE,

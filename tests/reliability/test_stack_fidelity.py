@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from distrun.engines.base import LogLine
+from distrun.core.logs import LogLine
+from tests.server_process import ServerProcess
 
-from .helpers import NUMBERED_LINES_CODE, WAIT, SequenceChecker
-from .server import RealServer, cursor_query
+from .helpers import NUMBERED_LINES_CODE, WAIT, SequenceChecker, cursor_query, log_stream, submit
 
 pytestmark = pytest.mark.integration
 
@@ -51,20 +51,19 @@ def to_lines(rows: list[list[Any]]) -> list[LogLine]:
 
 
 @pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[RealServer]:
+async def server(tmp_path: Path) -> AsyncIterator[ServerProcess]:
     # tmp_path/state is the state dir, so the autouse cleanup finds the jobs' processes.
-    real = RealServer(tmp_path)
-    await real.start()
+    real = await ServerProcess(tmp_path).astart()
     yield real
-    await real.stop()
+    real.stop()
 
 
 async def test_a_websocket_reader_gets_every_line_once_across_resumes_and_a_server_kill(
-    server: RealServer,
+    server: ServerProcess,
 ) -> None:
     seed = seed_now()
     rng = random.Random(seed)
-    job = await server.submit(numbered_spec(WEBSOCKET_LINES, seed))
+    job = await submit(server, numbered_spec(WEBSOCKET_LINES, seed))
     checker = SequenceChecker(replica["name"] for replica in job["replicas"])
     total = REPLICAS * WEBSOCKET_LINES
     stops = sorted(rng.sample(range(1, total), RESUMES + 1))
@@ -73,7 +72,7 @@ async def test_a_websocket_reader_gets_every_line_once_across_resumes_and_a_serv
     started = time.monotonic()
 
     for segment, stop in enumerate([*stops, None]):
-        ws = await server.websocket(job["id"], checker.cursor())
+        ws = await log_stream(server, job["id"], checker.cursor())
         while (message := await asyncio.wait_for(ws.read_message(), WAIT)) is not None:
             event = json.loads(message)
             if event["type"] == "lines":
@@ -83,10 +82,10 @@ async def test_a_websocket_reader_gets_every_line_once_across_resumes_and_a_serv
             assert event["type"] != "error", f"{event} (seed {seed})"
             if stop is not None and checker.received >= stop:
                 if segment == kill_at:
-                    await server.kill()  # the client sees its connection drop
+                    server.kill()  # the client sees its connection drop
                     while await ws.read_message() is not None:
                         pass
-                    await server.start()
+                    await server.astart()
                 else:
                     ws.close()
                 break
@@ -105,11 +104,11 @@ async def test_a_websocket_reader_gets_every_line_once_across_resumes_and_a_serv
 
 
 async def test_paging_the_rest_log_endpoint_gets_every_line_once_across_a_server_kill(
-    server: RealServer,
+    server: ServerProcess,
 ) -> None:
     seed = seed_now()
     rng = random.Random(seed)
-    job = await server.submit(numbered_spec(PAGED_LINES, seed))
+    job = await submit(server, numbered_spec(PAGED_LINES, seed))
     checker = SequenceChecker(replica["name"] for replica in job["replicas"])
     kill_after_pages = rng.randint(1, 5)
     pages = 0
@@ -123,8 +122,8 @@ async def test_paging_the_rest_log_endpoint_gets_every_line_once_across_a_server
         assert page["next"] == checker.cursor()
         pages += 1
         if pages == kill_after_pages:
-            await server.kill()
-            await server.start()
+            server.kill()
+            await server.astart()
         if not page["lines"] and state["state"] == "succeeded":
             break  # read after the job had ended, and nothing more came
         if not page["lines"]:
@@ -133,12 +132,12 @@ async def test_paging_the_rest_log_endpoint_gets_every_line_once_across_a_server
 
 
 async def test_the_cli_follows_every_line_once_across_a_server_kill(
-    server: RealServer, tmp_path: Path
+    server: ServerProcess, tmp_path: Path
 ) -> None:
     seed = seed_now()
-    job = await server.submit(numbered_spec(PAGED_LINES, seed))
+    job = await submit(server, numbered_spec(PAGED_LINES, seed))
     output = tmp_path / "cli-output.txt"
-    argv = [sys.executable, "-m", "distrun.cli", "logs", job["id"], "--follow"]
+    argv = [sys.executable, "-m", "distrun", "logs", job["id"], "--follow"]
     argv += ["--url", server.url, "--token", server.token]
     with output.open("wb") as out:
         cli = await asyncio.create_subprocess_exec(
@@ -148,8 +147,8 @@ async def test_the_cli_follows_every_line_once_across_a_server_kill(
             # Kill the server once the CLI has printed part of the log.
             while output.stat().st_size < 100_000 and cli.returncode is None:
                 await asyncio.sleep(0.02)
-            await server.kill()
-            await server.start()
+            server.kill()
+            await server.astart()
             _, stderr = await asyncio.wait_for(cli.communicate(), 5 * WAIT)
         finally:
             if cli.returncode is None:

@@ -8,7 +8,8 @@ and its server configuration to ENGINE_CONFIGS.
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from tests.server.conftest import (  # noqa: F401 (fixtures)
     jp_asyncio_loop,
     jp_server_cleanup,
 )
+from tests.server_process import ServerProcess
 
 TIMEOUT = 60
 BASE = "/a%40b"  # pytest-jupyter's base URL: a non-trivial one, as behind JupyterHub
@@ -42,6 +44,19 @@ def local_engine_config(state_dir: Path) -> dict[str, Any]:
 
 
 ENGINE_CONFIGS: dict[str, Callable[[Path], dict[str, Any]]] = {"local": local_engine_config}
+
+
+@contextmanager
+def server_process(workdir: Path, **distrun: Any) -> Iterator[ServerProcess]:
+    """A real server of its own process (for tests that measure its memory or hammer it, and
+    must not share a process or an event loop with pytest), stopped afterwards with every job
+    it left running."""
+    server = ServerProcess(workdir, config={"DistrunApp": distrun})
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+        kill_every_job(server.state_dir)
 
 
 @pytest.fixture(params=sorted(ENGINE_CONFIGS))

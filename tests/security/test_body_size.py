@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from distrun.handlers import routes
-from tests.security.server_process import TOKEN, ServerProcess, server_process
+from distrun.server.routes import routes
+from tests.security.conftest import server_process
 from tests.server.conftest import handler_methods
+from tests.server_process import ServerProcess
 
 HUGE = 50 * 1024 * 1024
 CHUNK = 1024 * 1024
@@ -62,7 +63,7 @@ def test_a_declared_50_mb_body_is_refused_before_a_byte_of_it_is_sent(
     peak_before = server.memory_kib("VmHWM")
     headers = {"Content-Length": str(HUGE), "Content-Type": "application/json"}
     if with_token:
-        headers["Authorization"] = f"token {TOKEN}"
+        headers["Authorization"] = f"token {server.token}"
     with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as sock:
         sock.sendall(request_head(server, method, path, headers))
         status, body = read_response(sock)  # no body sent: a server waiting for it times out
@@ -79,7 +80,7 @@ def test_a_chunked_50_mb_body_is_cut_off_near_the_limit(server: ServerProcess):
     headers = {
         "Transfer-Encoding": "chunked",
         "Content-Type": "application/json",
-        "Authorization": f"token {TOKEN}",
+        "Authorization": f"token {server.token}",
     }
     sent = 0
     chunk = f"{CHUNK:x}\r\n".encode() + b" " * CHUNK + b"\r\n"
@@ -102,7 +103,7 @@ def test_a_body_within_the_limit_is_still_read(server: ServerProcess, tmp_path: 
     headers = {
         "Content-Length": str(len(body)),
         "Content-Type": "application/json",
-        "Authorization": f"token {TOKEN}",
+        "Authorization": f"token {server.token}",
         "Connection": "close",
     }
     with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as sock:

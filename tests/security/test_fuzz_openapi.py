@@ -30,9 +30,10 @@ from schemathesis.specs.openapi.checks import (
 )
 
 import distrun
-from tests.security.server_process import ServerProcess, server_process
+from tests.security.conftest import server_process
+from tests.server_process import ServerProcess
 
-DOCUMENT = Path(distrun.__file__).parent / "openapi.yaml"
+DOCUMENT = Path(distrun.__file__).parent / "server" / "openapi.yaml"
 # Examples per operation and generation mode; the job submission has the richest input.
 EXAMPLES = {
     "GET /distrun/engines": 10,
@@ -78,14 +79,14 @@ def real_job(server: ServerProcess, session: Any) -> str:
     """A finished job with a log line per replica."""
     spec = {"framework": "generic", "code": "", "roles": {"worker": {"replicas": 2}}}
     spec["files"] = {"data.txt": base64.b64encode(b"x").decode()}
-    reply = session.post(f"{server.url}/distrun/jobs", json={"spec": spec}, timeout=30)
+    reply = session.post(f"{server.url}distrun/jobs", json={"spec": spec}, timeout=30)
     assert reply.status_code == 201, reply.text
     job_id = str(reply.json()["id"])
     deadline = time.monotonic() + 60
-    while session.get(f"{server.url}/distrun/jobs/{job_id}").json()["state"] != "succeeded":
+    while session.get(f"{server.url}distrun/jobs/{job_id}").json()["state"] != "succeeded":
         assert time.monotonic() < deadline, "the job did not finish"
         time.sleep(0.1)
-    logs = session.get(f"{server.url}/distrun/jobs/{job_id}/logs", timeout=30).text
+    logs = session.get(f"{server.url}distrun/jobs/{job_id}/logs", timeout=30).text
     assert logs.count("main.py") == 2, logs
     return job_id
 
@@ -128,7 +129,7 @@ def test_the_api_survives_thousands_of_generated_requests(server: ServerProcess)
     def send(case: Any) -> None:
         nonlocal cases
         cases += 1
-        response = case.call(base_url=server.url, session=session, timeout=60)
+        response = case.call(base_url=server.url.rstrip("/"), session=session, timeout=60)
         try:
             case.validate_response(response, checks=CHECKS)
         except (AssertionError, FailureGroup) as failure:  # one check's failure, or several

@@ -11,10 +11,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from distrun import jobids
-from distrun.errors import LimitExceeded, SpecError
-from distrun.frameworks import FRAMEWORKS
-from distrun.spec import (
+from distrun.core import jobids
+from distrun.core.errors import LimitExceeded, SpecError
+from distrun.core.frameworks import FRAMEWORKS
+from distrun.core.spec import (
     CPU_RE,
     ENGINE_NAME_RE,
     ENV_NAME_RE,

@@ -18,7 +18,7 @@ from pytest_jupyter.jupyter_server import *
 from tornado.httpclient import HTTPResponse
 from tornado.web import RequestHandler
 
-from distrun.app import DistrunApp
+from distrun.server.app import DistrunApp
 from tests.fake_engine import FakeEngine
 
 BOB_TOKEN = "bob-secret-token"

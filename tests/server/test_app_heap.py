@@ -3,7 +3,7 @@ garbage collections stop scanning it while logs stream."""
 
 import gc
 
-from distrun.app import DistrunApp
+from distrun.server.app import DistrunApp
 
 
 async def test_the_startup_heap_is_frozen_unless_configured_not_to_be() -> None:

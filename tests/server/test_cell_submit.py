@@ -1,4 +1,4 @@
-"""Submitting a raw cell: the header parsed by distrun.magics, `%files=` read inside root_dir."""
+"""Submitting a raw cell: the header parsed by distrun.core.header, `%files=` read inside root_dir."""
 
 import base64
 import json
@@ -7,8 +7,6 @@ from typing import Any
 
 import pytest
 from tornado.httpclient import HTTPClientError
-
-pytest.importorskip("distrun.magics", reason="distrun.magics lands in a parallel branch")
 
 CELL = "%framework=generic\n%worker=2\nprint('hi')\n"
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from distrun.cellfiles import read_cell_files
-from distrun.errors import LimitExceeded, SpecError
+from distrun.core.errors import LimitExceeded, SpecError
+from distrun.server.cellfiles import read_cell_files
 
 
 @pytest.fixture

@@ -10,8 +10,6 @@ import pytest
 
 from tests.reliability.helpers import gc_disabled, wait_until
 
-pytest.importorskip("distrun.engines.local", reason="the local engine lands in a parallel branch")
-
 pytestmark = pytest.mark.integration
 
 CODE = "import os\nfor i in range(3):\n    print(os.environ['DISTRUN_REPLICA'], i, flush=True)\n"

@@ -14,10 +14,10 @@ from openapi_schema_validator import OAS31Validator
 from openapi_spec_validator import validate as validate_document
 
 import distrun
-from distrun.engines.base import JobState
+from distrun.core.job import JobState
 from tests.server.conftest import distrun_routes, handler_methods
 
-DOCUMENT_PATH = Path(distrun.__file__).parent / "openapi.yaml"
+DOCUMENT_PATH = Path(distrun.__file__).parent / "server" / "openapi.yaml"
 DOCUMENT = yaml.safe_load(DOCUMENT_PATH.read_text())
 SPEC = {"framework": "pytorch", "code": "print(1)", "env": {"A": "1"}}
 

@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from distrun.engines.base import JobState
-from distrun.errors import EngineError
+from distrun.core.errors import EngineError
+from distrun.core.job import JobState
 from tests.fake_engine import FakeEngine
 from tests.server.conftest import BOB
 

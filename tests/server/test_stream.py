@@ -8,8 +8,9 @@ from typing import Any
 
 from tornado.websocket import WebSocketClientConnection
 
-from distrun.engines.base import JobState, LogLine
-from distrun.stream import FRAME_MAX_BYTES, FRAME_MAX_LINES, frames
+from distrun.core.job import JobState
+from distrun.core.logs import LogLine
+from distrun.server.log_stream import FRAME_MAX_BYTES, FRAME_MAX_LINES, frames
 from tests.fake_engine import FakeEngine
 from tests.reliability.helpers import gc_disabled
 from tests.server.conftest import BOB

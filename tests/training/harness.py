@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from distrun.engines.base import Engine, Job, LogBatch
-from distrun.spec import JobSpec
+from distrun.core.job import Job
+from distrun.core.logs import LogBatch
+from distrun.core.spec import JobSpec
+from distrun.engines.protocol import Engine
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 OWNER = "alice"

@@ -6,7 +6,8 @@ from types import ModuleType
 import nbformat
 import pytest
 
-from distrun.engines.base import Engine
+from distrun.core.header import spec_from_cell
+from distrun.engines.protocol import Engine
 
 from .harness import EXAMPLES, assert_succeeded, describe, run_to_end
 
@@ -63,8 +64,7 @@ EXPECTED_JOBS = {
 def test_job_cell_header_parses_into_the_job_it_asks_for_with_the_script_as_code(
     cell_id: str, header: str, script: str
 ) -> None:
-    magics = pytest.importorskip("distrun.magics", reason="the header parser is not merged")
-    job_spec, file_refs = magics.spec_from_cell(cell(cell_id))
+    job_spec, file_refs = spec_from_cell(cell(cell_id))
     framework, replicas = EXPECTED_JOBS[cell_id]
     assert job_spec.framework == framework
     assert {role: r.replicas for role, r in job_spec.roles.items()} == replicas
@@ -79,8 +79,7 @@ def test_job_cell_header_parses_into_the_job_it_asks_for_with_the_script_as_code
 async def test_generic_cell_runs_on_the_local_engine_and_each_replica_reports_its_rank(
     local_engine: Engine,
 ) -> None:
-    magics = pytest.importorskip("distrun.magics", reason="the header parser is not merged")
-    job_spec, _ = magics.spec_from_cell(cell("generic-hello"))
+    job_spec, _ = spec_from_cell(cell("generic-hello"))
 
     job, printed = await run_to_end(local_engine, job_spec, timeout=120)
 

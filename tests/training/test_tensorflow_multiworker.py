@@ -2,8 +2,8 @@
 
 import pytest
 
-from distrun.engines.base import Engine
-from distrun.spec import JobSpec
+from distrun.core.spec import JobSpec
+from distrun.engines.protocol import Engine
 
 from .harness import (
     assert_succeeded,

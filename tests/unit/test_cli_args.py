@@ -5,10 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from distrun.cli import apply_resources, build_parser, overrides_from_args
-from distrun.client import EngineClient, ServerClient, client_from_env
-from distrun.errors import SpecError
-from distrun.spec import JobSpec, Limits
+from distrun.client.cli import apply_resources, build_parser, overrides_from_args
+from distrun.client.connect import client_from_env
+from distrun.client.engine_client import EngineClient
+from distrun.client.server_client import ServerClient
+from distrun.core.errors import SpecError
+from distrun.core.spec import JobSpec, Limits
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -154,7 +156,7 @@ def test_backend_is_the_local_engine_without_a_url_even_if_a_token_is_set(
 
 
 def test_a_malformed_server_url_is_a_clear_error() -> None:
-    from distrun.client import ClientError
+    from distrun.client.base import ClientError
 
     with pytest.raises(ClientError, match="is not valid; write http://host:port/"):
         ServerClient("localhost:8888")

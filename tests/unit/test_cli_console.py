@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from distrun.console import (
+from distrun.client.console import (
     Console,
     exit_code,
     format_duration,
@@ -14,7 +14,7 @@ from distrun.console import (
     status_line,
     use_color,
 )
-from distrun.engines.base import LogLine
+from distrun.core.logs import LogLine
 
 
 def job(state: str = "running", running: int = 0, **extra: Any) -> dict[str, Any]:

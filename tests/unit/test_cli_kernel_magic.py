@@ -1,6 +1,6 @@
 """Which cells the kernel extension takes over, and what it turns them into."""
 
-from distrun.kernel_magic import CiaoTransformer, is_ciao_cell
+from distrun.client.kernel_magic import CiaoTransformer, is_ciao_cell
 
 
 def test_a_cell_starting_with_a_ciao_header_is_recognised() -> None:

@@ -6,18 +6,16 @@ from typing import Any
 
 import pytest
 
-from distrun.client import (
-    ClientError,
-    LinesEvent,
+from distrun.client.base import ClientError, LinesEvent, StatusEvent
+from distrun.client.log_resume import (
     MessageStream,
     RetryPolicy,
-    StatusEvent,
     StreamDisconnected,
-    error_from_response,
     resumable_stream,
 )
-from distrun.engines.base import Cursor
-from distrun.errors import Conflict, EngineError, Forbidden, LimitExceeded, NotFound, SpecError
+from distrun.client.server_client import error_from_response
+from distrun.core.errors import Conflict, EngineError, Forbidden, LimitExceeded, NotFound, SpecError
+from distrun.core.logs import Cursor
 
 
 class FakeStream:

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from distrun.cli import follow_until_done
-from distrun.client import FollowEvent, LinesEvent, StatusEvent
-from distrun.console import Console
-from distrun.engines.base import Cursor, LogLine
+from distrun.client.base import FollowEvent, LinesEvent, StatusEvent
+from distrun.client.cli import follow_until_done
+from distrun.client.console import Console
+from distrun.core.logs import Cursor, LogLine
 
 
 def job(state: str, running: int = 0, reason: str | None = None) -> dict[str, Any]:

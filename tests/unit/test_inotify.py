@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from distrun import inotify
-from distrun.inotify import Inotify, parse_events
+from distrun.engines.local import inotify
+from distrun.engines.local.inotify import Inotify, parse_events
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 

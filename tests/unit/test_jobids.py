@@ -2,8 +2,8 @@ import re
 
 import pytest
 
-from distrun.errors import NotFound
-from distrun.jobids import MAX_JOB_ID_LENGTH, check_job_id, new_job_id
+from distrun.core.errors import NotFound
+from distrun.core.jobids import MAX_JOB_ID_LENGTH, check_job_id, new_job_id
 
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 

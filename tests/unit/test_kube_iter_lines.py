@@ -3,7 +3,7 @@
 import random
 from collections.abc import AsyncIterator
 
-from distrun.engines.kube_client import iter_lines
+from distrun.engines.kube.client import iter_lines
 
 
 class ChunkedResponse:

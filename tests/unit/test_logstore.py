@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from distrun.logstore import (
+from distrun.engines.local.logstore import (
     INDEX_EVERY,
     LineSplitter,
     LogReader,

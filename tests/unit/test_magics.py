@@ -4,9 +4,9 @@ import traceback
 
 import pytest
 
-from distrun.errors import LimitExceeded, SpecError
-from distrun.magics import needs_ipython, parse_cell, render_header, spec_from_cell
-from distrun.spec import JobSpec, Limits
+from distrun.core.errors import LimitExceeded, SpecError
+from distrun.core.header import needs_ipython, parse_cell, render_header, spec_from_cell
+from distrun.core.spec import JobSpec, Limits
 
 # ---------------------------------------------------------------------------------------------
 # ciao's syntax

@@ -6,10 +6,10 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from distrun.errors import LimitExceeded, SpecError
-from distrun.frameworks import FRAMEWORKS
-from distrun.magics import needs_ipython, parse_cell, render_header, spec_from_cell
-from distrun.spec import (
+from distrun.core.errors import LimitExceeded, SpecError
+from distrun.core.frameworks import FRAMEWORKS
+from distrun.core.header import needs_ipython, parse_cell, render_header, spec_from_cell
+from distrun.core.spec import (
     CLEAN_POD_POLICIES,
     CPU_RE,
     ENGINE_NAME_RE,

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from distrun.errors import LimitExceeded, SpecError
-from distrun.manifests.common import (
+from distrun.core.errors import LimitExceeded, SpecError
+from distrun.core.spec import JobSpec, Limits
+from distrun.engines.kube.manifests.common import (
     ANNOTATION_OWNER,
     ANNOTATION_SPEC,
     CODE_DIR,
@@ -19,11 +20,14 @@ from distrun.manifests.common import (
     job_labels,
     owner_label,
 )
-from distrun.manifests.configmap import CONFIGMAP_MAX_BYTES, code_bundle, configmap_bytes
-from distrun.manifests.kubeflow import check_webhook_rules, kubeflow_job
-from distrun.manifests.trainer import trainer_bundle, trainjob
-from distrun.manifests.volcano import volcano_bundle, volcano_job
-from distrun.spec import JobSpec, Limits
+from distrun.engines.kube.manifests.configmap import (
+    CONFIGMAP_MAX_BYTES,
+    code_bundle,
+    configmap_bytes,
+)
+from distrun.engines.kube.manifests.kubeflow import check_webhook_rules, kubeflow_job
+from distrun.engines.kube.manifests.trainer import trainer_bundle, trainjob
+from distrun.engines.kube.manifests.volcano import volcano_bundle, volcano_job
 
 TARGET = Target("train-abcde", "alice", "alice@example.org")
 OPTIONS = ClusterOptions()

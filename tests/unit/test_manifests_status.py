@@ -3,15 +3,16 @@ pods, log lines with timestamps, and the seq ledger."""
 
 from typing import Any
 
-from distrun.engines.base import JobState
-from distrun.engines.kube_engine import (
+from distrun.core.job import JobState
+from distrun.core.spec import JobSpec
+from distrun.engines.kube.engine import (
     Phase,
     conditions_phase,
     describe,
     replica_status,
     stored_spec,
 )
-from distrun.engines.kube_logs import (
+from distrun.engines.kube.logs import (
     CUT_MARK,
     TIMESTAMP_ROOM,
     base_seq,
@@ -22,9 +23,8 @@ from distrun.engines.kube_logs import (
     recorded_lines,
     split_log,
 )
-from distrun.engines.volcano import VolcanoEngine
-from distrun.manifests.common import Target, object_metadata
-from distrun.spec import JobSpec
+from distrun.engines.kube.manifests.common import Target, object_metadata
+from distrun.engines.kube.volcano import VolcanoEngine
 
 TERMINAL = {"Succeeded": JobState.SUCCEEDED, "Failed": JobState.FAILED}
 SPEC = JobSpec.from_dict({"framework": "pytorch", "code": "x = 1\n"})

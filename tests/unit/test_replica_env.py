@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from distrun.errors import EngineError, SpecError
-from distrun.frameworks import FRAMEWORKS
-from distrun.replica_env import (
+from distrun.core.errors import EngineError, SpecError
+from distrun.core.frameworks import FRAMEWORKS
+from distrun.core.replica_env import (
     Address,
     Addresses,
     mpi_hostfile,
@@ -21,7 +21,7 @@ from distrun.replica_env import (
     replica_env,
     service_addresses,
 )
-from distrun.spec import JobSpec
+from distrun.core.spec import JobSpec
 
 DISTRUN_KEYS = {"DISTRUN_JOB_ID", "DISTRUN_REPLICA", "DISTRUN_ROLE", "DISTRUN_REPLICA_INDEX"}
 

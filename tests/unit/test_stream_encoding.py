@@ -3,9 +3,9 @@
 import gc
 import json
 
-from distrun import stream
-from distrun.engines.base import LogBatch, LogLine
-from distrun.stream import FRAME_MAX_LINES, encoded_frames
+from distrun.core.logs import LogBatch, LogLine
+from distrun.server import log_stream as stream
+from distrun.server.log_stream import FRAME_MAX_LINES, encoded_frames
 
 
 def test_one_batch_object_is_encoded_once_and_forgotten_with_it() -> None:

@@ -8,9 +8,11 @@ PACKAGE_PARENT = Path(__file__).resolve().parents[2] / "server_ext"
 PROBE = """
 import sys
 sys.path.insert(0, sys.argv[1])
-import distrun.supervisor
-print(sorted(name for name in ("asyncio", "distrun.magics", "distrun.supervisor_loop",
-                               "distrun.logstore") if name in sys.modules))
+import distrun.engines.local.supervisor
+print(sorted(name for name in ("asyncio", "distrun.core.header",
+                               "distrun.engines.local.supervisor_loop",
+                               "distrun.engines.local.logstore",
+                               "distrun.engines.local.engine") if name in sys.modules))
 """
 
 

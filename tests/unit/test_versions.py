@@ -20,7 +20,7 @@ def test_the_python_package_carries_package_jsons_version() -> None:
 
 def test_the_cli_prints_it() -> None:
     printed = subprocess.run(
-        [sys.executable, "-m", "distrun.cli", "--version"],
+        [sys.executable, "-m", "distrun", "--version"],
         check=False,
         capture_output=True,
         text=True,
@@ -30,7 +30,7 @@ def test_the_cli_prints_it() -> None:
 
 
 def test_the_api_document_the_chart_and_its_images_carry_it() -> None:
-    api = yaml.safe_load((ROOT / "server_ext/distrun/openapi.yaml").read_text())
+    api = yaml.safe_load((ROOT / "server_ext/distrun/server/openapi.yaml").read_text())
     chart = yaml.safe_load((ROOT / "helm/distrun/Chart.yaml").read_text())
     values = yaml.safe_load((ROOT / "helm/distrun/values.yaml").read_text())
     hub = yaml.safe_load((ROOT / "helm/jupyterhub-values.yaml").read_text())

@@ -1,7 +1,7 @@
 """Checks every engine applies to a log request: which replicas, and from which seq."""
 
-from ..errors import SpecError
-from .base import Cursor
+from distrun.core.errors import SpecError
+from distrun.core.logs import Cursor
 
 
 def selected_replicas(job_id: str, names: list[str], replicas: set[str] | None) -> list[str]:

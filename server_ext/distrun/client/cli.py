@@ -1,0 +1,371 @@
+"""The `distrun` command: run a cell file as a distributed job and follow it from a terminal.
+
+    distrun run train.py --framework pytorch --workers 2    # submit, stream every line, exit
+    distrun submit cell.txt                                 # print the job id and return
+    distrun logs JOB [-f] [--replica worker-0] [--tail N]
+    distrun ls | cancel JOB | rm JOB | status JOB [--json]
+
+With `--url`/`--token` (or DISTRUN_URL/DISTRUN_TOKEN, or JUPYTER_SERVER_URL/JUPYTER_TOKEN) it
+talks to a running jupyter_server; otherwise it runs the local engine in-process over the
+server's default state directory, so jobs show up on both sides. Flags override the file's
+header (`%framework=...` or `%%distrun ...`); a file without a header runs as `generic`.
+Exit codes: 0 the job succeeded, 1 it failed or was cancelled, 2 a usage or request error,
+130 interrupted (after cancelling the job that `run` started).
+"""
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from distrun.client.base import Client, read_files, spec_from_text
+from distrun.client.connect import client_from_env
+from distrun.client.console import (
+    EXIT_INTERRUPTED,
+    EXIT_SUCCEEDED,
+    EXIT_USAGE,
+    Console,
+    exit_code,
+    job_details,
+    jobs_table,
+    replica_names,
+    status_line,
+    stream_job,
+    use_color,
+)
+from distrun.core.errors import DistrunError, SpecError
+from distrun.core.spec import JobSpec, Limits
+from distrun.core.version import distrun_version
+
+ROLE_FLAGS = {  # role -> its flags; plural forms as the %%distrun magic accepts them
+    "master": ("--master", "--masters"),
+    "worker": ("--worker", "--workers"),
+    "ps": ("--ps",),
+    "chief": ("--chief", "--chiefs"),
+    "evaluator": ("--evaluator", "--evaluators"),
+    "launcher": ("--launcher", "--launchers"),
+}
+# JobSpec fields set by a flag of the same name (`--restart-policy` -> restart_policy)
+SCALAR_FIELDS = (
+    "framework",
+    "image",
+    "name",
+    "engine",
+    "namespace",
+    "restart_policy",
+    "clean_pod_policy",
+    "queue",
+    "priority_class",
+)
+
+
+# --- argument parsing -----------------------------------------------------------------------
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; write 0 or more")
+    return value
+
+
+def _env_pair(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    return name, value
+
+
+def _role_resources(text: str) -> tuple[str, dict[str, Any]]:
+    """`worker:cpu=2,memory=4Gi,gpu=1` -> ("worker", {"cpu": "2", "memory": "4Gi", "gpu": 1})."""
+    role, sep, rest = text.partition(":")
+    if not sep or not role or not rest:
+        raise argparse.ArgumentTypeError(f"{text!r} is not ROLE:cpu=N,memory=Q,gpu=N")
+    resources: dict[str, Any] = {}
+    for item in rest.split(","):
+        key, eq, value = item.partition("=")
+        if key not in ("cpu", "memory", "gpu") or not eq or not value:
+            raise argparse.ArgumentTypeError(
+                f"{item!r} in {text!r} is not cpu=N, memory=Q or gpu=N"
+            )
+        resources[key] = _count(value) if key == "gpu" else value
+    return role, resources
+
+
+def _file_list(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def add_spec_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of the %%distrun magic; each overrides the file's header."""
+    group = parser.add_argument_group("job spec (overrides the file's header)")
+    group.add_argument(
+        "--framework", help="pytorch, tensorflow, xgboost, paddle, jax, mpi, generic"
+    )
+    for role, flags in ROLE_FLAGS.items():
+        group.add_argument(*flags, dest=f"role_{role}", type=_count, metavar="N")
+    group.add_argument("--cpu", help="CPU per replica, e.g. 2 or 500m")
+    group.add_argument("--memory", help="memory per replica, e.g. 4Gi")
+    group.add_argument("--gpu", "--gpus", dest="gpu", type=_count, metavar="N")
+    group.add_argument("--role-resources", action="append", type=_role_resources, default=[],
+                       metavar="ROLE:cpu=N,memory=Q,gpu=N")  # fmt: skip
+    group.add_argument("--image")
+    group.add_argument("--name", help="job name (the id adds a random suffix)")
+    group.add_argument("--engine")
+    group.add_argument("--namespace")
+    group.add_argument("--env", action="append", type=_env_pair, default=[], metavar="NAME=VALUE")
+    group.add_argument("--files", action="append", type=_file_list, default=[],
+                       metavar="A,B", help="files to ship, relative to FILE's directory")  # fmt: skip
+    group.add_argument("--restart-policy", help="Never, OnFailure, Always or ExitCode")
+    group.add_argument("--backoff-limit", type=_count, metavar="N")
+    group.add_argument("--deadline", type=_count, metavar="SECONDS")
+    group.add_argument("--startup-timeout", type=_count, metavar="SECONDS")
+    group.add_argument("--clean-pod-policy", help="None, Running or All")
+    group.add_argument("--queue")
+    group.add_argument("--priority-class")
+
+
+def _add_backend_flags(parser: argparse.ArgumentParser, default: Any) -> None:
+    group = parser.add_argument_group("backend")
+    group.add_argument("--url", default=default, help="a jupyter_server URL (env DISTRUN_URL)")
+    group.add_argument("--token", default=default, help="its token (env DISTRUN_TOKEN)")
+    group.add_argument("--state-dir", type=Path, default=default,
+                       help="the local engine's state directory (without --url)")  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="distrun",
+        description="Run a notebook cell as a distributed training job and follow its logs.",
+    )
+    parser.add_argument("--version", action="version", version=f"distrun {distrun_version()}")
+    _add_backend_flags(parser, None)
+    # Subcommands accept the backend flags too; SUPPRESS keeps them from resetting the above.
+    backend = argparse.ArgumentParser(add_help=False)
+    _add_backend_flags(backend, argparse.SUPPRESS)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    for name, help_text in (
+        ("run", "submit FILE and follow its logs until the job ends"),
+        ("submit", "submit FILE and print the job id"),
+    ):
+        sub = commands.add_parser(name, parents=[backend], help=help_text)
+        sub.add_argument("file", metavar="FILE", help="a .py file or a cell with a magic header")
+        add_spec_flags(sub)
+
+    logs = commands.add_parser("logs", parents=[backend], help="print a job's logs")
+    logs.add_argument("job_id", metavar="JOB")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep following new lines")
+    logs.add_argument("--replica", action="append", default=[], help="only this replica")
+    logs.add_argument("--tail", type=_count, metavar="N", help="the last N lines per replica")
+
+    listing = commands.add_parser("ls", parents=[backend], help="list your jobs")
+    listing.add_argument("--json", action="store_true")
+    for name, help_text in (("cancel", "stop every replica"), ("rm", "delete a job and its logs")):
+        commands.add_parser(name, parents=[backend], help=help_text).add_argument(
+            "job_id", metavar="JOB"
+        )
+    status = commands.add_parser("status", parents=[backend], help="show a job's status")
+    status.add_argument("job_id", metavar="JOB")
+    status.add_argument("--json", action="store_true")
+    return parser
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The JobSpec fields the flags set (roles by replica count; resources are applied after)."""
+    overrides: dict[str, Any] = {}
+    for field in SCALAR_FIELDS:
+        value = getattr(args, field)
+        if value is not None:
+            overrides[field] = value
+    roles = {
+        role: {"replicas": getattr(args, f"role_{role}")}
+        for role in ROLE_FLAGS
+        if getattr(args, f"role_{role}") is not None
+    }
+    if roles:
+        overrides["roles"] = roles
+    if args.env:
+        overrides["env"] = dict(args.env)
+    if args.backoff_limit is not None:
+        overrides["backoff_limit"] = args.backoff_limit
+    if args.deadline is not None:
+        overrides["active_deadline_seconds"] = args.deadline
+    if args.startup_timeout is not None:
+        overrides["startup_timeout_seconds"] = args.startup_timeout
+    return overrides
+
+
+def apply_resources(spec: JobSpec, args: argparse.Namespace, limits: Limits) -> JobSpec:
+    """`--cpu/--memory/--gpu` on every role, then `--role-resources` per role; revalidated."""
+    common = {key: getattr(args, key) for key in ("cpu", "memory", "gpu")}
+    common = {key: value for key, value in common.items() if value is not None}
+    per_role: dict[str, dict[str, Any]] = {}
+    for role, resources in args.role_resources:
+        if role not in spec.roles:
+            raise SpecError(
+                f"--role-resources names {role!r}, but the job's roles are {', '.join(spec.roles)}"
+            )
+        per_role.setdefault(role, {}).update(resources)
+    if not common and not per_role:
+        return spec
+    data = spec.to_dict()
+    for role, role_data in data["roles"].items():
+        role_data["resources"] = {**role_data["resources"], **common, **per_role.get(role, {})}
+    return JobSpec.from_dict(data, limits)
+
+
+def build_spec(text: str, args: argparse.Namespace, limits: Limits, cwd: Path) -> JobSpec:
+    """The job `distrun run/submit` asks for: FILE's header, overridden by the flags."""
+    from distrun.core.header import parse_cell  # the parser loads only when a file is read
+
+    overrides = overrides_from_args(args)
+    if "framework" not in overrides and not parse_cell(text).has_header:
+        overrides["framework"] = "generic"
+    spec = spec_from_text(text, overrides, cwd, limits)
+    spec = apply_resources(spec, args, limits)
+    refs = [name for names in args.files for name in names]
+    if refs:
+        data = spec.to_dict()
+        data["files"] = {**data["files"], **read_files(refs, cwd)}
+        spec = JobSpec.from_dict(data, limits)
+    return spec
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def _print(text: str) -> None:
+    print(text, flush=True)
+
+
+def _read_source(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
+        raise SpecError(f"cannot read {path}: {reason}") from None
+
+
+async def submit_file(client: Client, args: argparse.Namespace) -> dict[str, Any]:
+    text = _read_source(args.file)
+    spec = build_spec(text, args, await client.limits(), Path(args.file).resolve().parent)
+    return await client.submit(spec)
+
+
+async def follow_until_done(client: Client, job: dict[str, Any], console: Console) -> int:
+    """Stream the job to stdout; on Ctrl-C cancel it first, say so, and return 130."""
+    loop = asyncio.get_running_loop()
+    interrupted = asyncio.Event()
+    loop.add_signal_handler(signal.SIGINT, interrupted.set)
+    streaming = asyncio.ensure_future(stream_job(client, job, console, _print))
+    waiting = asyncio.ensure_future(interrupted.wait())
+    try:
+        await asyncio.wait({streaming, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        waiting.cancel()
+    if streaming.done():
+        return exit_code(streaming.result()["state"])
+    streaming.cancel()
+    await asyncio.gather(streaming, return_exceptions=True)
+    _print(f"[distrun] interrupted: cancelling job {job['id']}")
+    _print(status_line(await client.cancel(job["id"])))
+    return EXIT_INTERRUPTED
+
+
+async def cmd_run(client: Client, args: argparse.Namespace) -> int:
+    job = await submit_file(client, args)
+    names = replica_names(job)
+    _print(f"[distrun] submitted job {job['id']} ({len(names)} replicas: {', '.join(names)})")
+    console = Console(names, color=use_color(sys.stdout))
+    return await follow_until_done(client, job, console)
+
+
+async def cmd_submit(client: Client, args: argparse.Namespace) -> int:
+    _print((await submit_file(client, args))["id"])
+    return EXIT_SUCCEEDED
+
+
+async def cmd_logs(client: Client, args: argparse.Namespace) -> int:
+    job = await client.get_job(args.job_id)
+    selected = args.replica or None
+    known = replica_names(job)
+    unknown = [name for name in args.replica if name not in known]
+    if unknown:
+        raise SpecError(f"job {job['id']} has no replica {unknown[0]}; it has {', '.join(known)}")
+    console = Console(selected or known, color=use_color(sys.stdout))
+    page = await client.logs(args.job_id, selected, args.tail)
+    if page.lines:
+        _print(console.format_lines(page.lines))
+    if args.follow:
+        async for event in client.follow(args.job_id, since=page.next, replicas=selected):
+            lines = getattr(event, "lines", None)
+            if lines:
+                _print(console.format_lines(lines))
+    return EXIT_SUCCEEDED
+
+
+async def cmd_ls(client: Client, args: argparse.Namespace) -> int:
+    jobs = await client.list_jobs()
+    _print(json.dumps(jobs, indent=2) if args.json else jobs_table(jobs))
+    return EXIT_SUCCEEDED
+
+
+async def cmd_cancel(client: Client, args: argparse.Namespace) -> int:
+    _print(status_line(await client.cancel(args.job_id)))
+    return EXIT_SUCCEEDED
+
+
+async def cmd_rm(client: Client, args: argparse.Namespace) -> int:
+    await client.delete(args.job_id)
+    _print(f"[distrun] job {args.job_id} deleted")
+    return EXIT_SUCCEEDED
+
+
+async def cmd_status(client: Client, args: argparse.Namespace) -> int:
+    job = await client.get_job(args.job_id)
+    _print(json.dumps(job, indent=2) if args.json else job_details(job))
+    return EXIT_SUCCEEDED
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "submit": cmd_submit,
+    "logs": cmd_logs,
+    "ls": cmd_ls,
+    "cancel": cmd_cancel,
+    "rm": cmd_rm,
+    "status": cmd_status,
+}
+
+
+async def _dispatch(args: argparse.Namespace) -> int:
+    client = client_from_env(args.url, args.token, args.state_dir)
+    try:
+        return await COMMANDS[args.command](client, args)
+    finally:
+        await client.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return asyncio.run(_dispatch(args))
+    except DistrunError as exc:
+        print(f"distrun: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `distrun logs JOB | head`
+        return EXIT_SUCCEEDED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""Rendering a job for a terminal or a notebook cell: prefixed replica lines and status lines.
+
+Shared by the `distrun` CLI and the kernel magic. Nothing here talks to a backend except
+`stream_job`, which drives a client's `follow` and hands rendered text to a callback.
+"""
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TextIO
+
+from distrun.client.base import Client, LinesEvent
+from distrun.core.job import JobState
+from distrun.core.logs import LogLine
+
+# Bright, distinguishable ANSI foreground colours, cycled over replicas in job order.
+_PALETTE = (36, 33, 35, 32, 34, 31, 96, 93, 95, 92, 94, 91)
+_RESET = "\x1b[0m"
+
+EXIT_SUCCEEDED = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def use_color(stream: TextIO) -> bool:
+    """Colour only a real terminal, and never when the user set NO_COLOR (no-color.org)."""
+    if "NO_COLOR" in os.environ:
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def exit_code(state: str) -> int:
+    """The process exit code for a job that ended in `state`."""
+    return EXIT_SUCCEEDED if state == JobState.SUCCEEDED.value else EXIT_FAILED
+
+
+class Console:
+    """Formats one job's output: `worker-0 | text`, prefixes padded to the longest replica name."""
+
+    def __init__(self, replica_names: Iterable[str] = (), *, color: bool = False) -> None:
+        self.color = color
+        self._order: dict[str, int] = {}
+        self._width = 0
+        for name in replica_names:
+            self._add(name)
+        self._last_status: tuple[str, int, int] | None = None
+
+    def _add(self, replica: str) -> None:
+        if replica not in self._order:
+            self._order[replica] = len(self._order)
+            self._width = max(self._width, len(replica))
+
+    def prefix(self, replica: str) -> str:
+        self._add(replica)
+        text = f"{replica.ljust(self._width)} | "
+        if not self.color:
+            return text
+        colour = _PALETTE[self._order[replica] % len(_PALETTE)]
+        return f"\x1b[{colour}m{text}{_RESET}"
+
+    def format_line(self, line: LogLine) -> str:
+        # A replica's own colour codes may leak past its line; reset them when colouring.
+        suffix = _RESET if self.color and "\x1b[" in line.text else ""
+        return f"{self.prefix(line.replica)}{line.text}{suffix}"
+
+    def format_lines(self, lines: Iterable[LogLine]) -> str:
+        return "\n".join(self.format_line(line) for line in lines)
+
+    def status_change(self, job: dict[str, Any]) -> str | None:
+        """A status line when the job's state or its count of running replicas changed."""
+        for replica in job.get("replicas", []):
+            self._add(replica["name"])
+        total = len(job.get("replicas", []))
+        key = (job["state"], int(job.get("replicas_running", 0)), total)
+        if key == self._last_status:
+            return None
+        self._last_status = key
+        return status_line(job)
+
+
+def status_line(job: dict[str, Any]) -> str:
+    """One line saying where the job is: `[distrun] job foo-ab12c running (3/3 replicas)`."""
+    state = job["state"]
+    head = f"[distrun] job {job['id']}"
+    total = len(job.get("replicas", []))
+    reason = job.get("reason")
+    if state == JobState.PENDING.value:
+        return f"{head} pending" + (f": {reason}" if reason else f" ({total} replicas)")
+    if state == JobState.RUNNING.value:
+        return f"{head} running ({job.get('replicas_running', 0)}/{total} replicas)"
+    if state == JobState.SUCCEEDED.value:
+        return f"{head} succeeded" + _took(job)
+    if state == JobState.FAILED.value:
+        return f"{head} failed: {reason or 'no reason given'}"
+    return f"{head} {state}" + (f": {reason}" if reason else "")
+
+
+def _took(job: dict[str, Any]) -> str:
+    started, finished = job.get("started_at"), job.get("finished_at")
+    if started is None or finished is None:
+        return ""
+    return f" in {format_duration(finished - started)}"
+
+
+def format_duration(seconds: float) -> str:
+    """Short and human: 0.4s, 12s, 3m05s, 2h07m, 3d04h."""
+    if seconds < 10:
+        return f"{max(seconds, 0):.1f}s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def jobs_table(jobs: list[dict[str, Any]], now: float | None = None) -> str:
+    """`distrun ls`: id, state, framework, replicas (running/total), age, duration."""
+    now = time.time() if now is None else now
+    rows = [("ID", "STATE", "FRAMEWORK", "REPLICAS", "AGE", "DURATION")]
+    for job in jobs:
+        started, finished = job.get("started_at"), job.get("finished_at")
+        if started is None:
+            duration = "-"
+        else:
+            duration = format_duration((finished if finished is not None else now) - started)
+        replicas = f"{job.get('replicas_running', 0)}/{len(job.get('replicas', []))}"
+        age = format_duration(now - job["created_at"])
+        rows.append((job["id"], job["state"], job["framework"], replicas, age, duration))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def job_details(job: dict[str, Any]) -> str:
+    """`distrun status`: the job and each replica, for people (`--json` is for programs)."""
+    lines = [
+        f"job:       {job['id']} ({job['name']})",
+        f"state:     {job['state']}",
+        f"framework: {job['framework']}   engine: {job['engine']}   owner: {job['owner']}",
+        f"created:   {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(job['created_at']))}",
+    ]
+    if job.get("started_at") is not None:
+        end = job.get("finished_at") or time.time()
+        lines.append(f"duration:  {format_duration(end - job['started_at'])}")
+    if job.get("reason"):
+        lines.append(f"reason:    {job['reason']}")
+    width = max([len(r["name"]) for r in job.get("replicas", [])] + [7])
+    lines.append("")
+    lines.append(f"{'REPLICA'.ljust(width)}  STATE      EXIT  RESTARTS  REASON")
+    for replica in job.get("replicas", []):
+        code = "-" if replica.get("exit_code") is None else str(replica["exit_code"])
+        lines.append(
+            f"{replica['name'].ljust(width)}  {replica['state'].ljust(9)}  {code.ljust(4)}  "
+            f"{str(replica.get('restarts', 0)).ljust(8)}  {replica.get('reason') or ''}".rstrip()
+        )
+    if job.get("last_lines"):
+        lines.append("")
+        lines.append(f"last lines of {job.get('failed_replica') or 'the failed replica'}:")
+        lines.extend(f"  {text}" for text in job["last_lines"])
+    return "\n".join(lines)
+
+
+def replica_names(job: dict[str, Any]) -> list[str]:
+    return [replica["name"] for replica in job.get("replicas", [])]
+
+
+async def stream_job(
+    client: Client, job: dict[str, Any], console: Console, emit: Callable[[str], None]
+) -> dict[str, Any]:
+    """Emit every replica line and each status change until the job ends; return the final job."""
+    final = job
+    async for event in client.follow(job["id"]):
+        if isinstance(event, LinesEvent):
+            if event.lines:
+                emit(console.format_lines(event.lines))
+            continue
+        final = event.job
+        # The outcome is said last, after the lines that may still follow it.
+        if not JobState(final["state"]).terminal:
+            _emit_change(console, final, emit)
+    if not JobState(final["state"]).terminal:
+        final = await client.get_job(job["id"])
+    _emit_change(console, final, emit)
+    return final
+
+
+def _emit_change(console: Console, job: dict[str, Any], emit: Callable[[str], None]) -> None:
+    message = console.status_change(job)
+    if message:
+        emit(message)

@@ -1,0 +1,323 @@
+"""The few Kubernetes API calls the engines make, async (`kubernetes_asyncio`), on plain dicts.
+
+Responses are read raw and parsed as JSON, so every object stays the API's own camelCase dict
+(the same shape the manifest builders produce), and watches and log streams are read in chunks
+without a line-length ceiling. Failures become domain errors with the API's message.
+"""
+
+import contextlib
+import copy
+import json
+import os
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from distrun.core.errors import Conflict, DistrunError, EngineError, Forbidden, NotFound, SpecError
+
+Obj = dict[str, Any]
+_NOT_DNS_RE = re.compile(r"[^a-z0-9-]+")
+WATCH_SECONDS = 240  # the server ends a watch after this; we reconnect from the last version
+# Bytes a followed log may hold unread before the socket is no longer read (see stream_log).
+LOG_STREAM_BUFFER = 64 * 1024
+
+
+async def new_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """An ApiClient from `kubeconfig`, else in-cluster credentials when running in a pod, else
+    the default kubeconfig (~/.kube/config or $KUBECONFIG)."""
+    try:
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            return client.ApiClient(configuration)
+        return await config.new_client_from_config(
+            config_file=kubeconfig, context=context, persist_config=False
+        )
+    except (OSError, config.ConfigException, ValueError, TypeError) as error:
+        raise EngineError(f"cannot load the Kubernetes configuration: {error}") from None
+
+
+def namespace_for(template: str, owner: str) -> str:
+    """`template` with `{username}` replaced by a DNS-safe form of `owner` ("distrun-{username}"),
+    or `template` itself when it names one namespace for everyone."""
+    if "{username}" not in template:
+        return template
+    safe = _NOT_DNS_RE.sub("-", owner.lower()).strip("-") or "user"
+    name = template.replace("{username}", safe)[:63].strip("-")
+    if not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", name):
+        raise EngineError(f"the namespace template {template!r} gives an invalid name {name!r}")
+    return name
+
+
+def api_error(error: Exception, what: str) -> DistrunError:
+    """The domain error for a failed call; `what` says what we were doing ("create the job")."""
+    if isinstance(error, ApiException):
+        message = _api_message(error)
+        if error.status == 404:
+            return NotFound(f"cannot {what}: {message}")
+        if error.status == 409:
+            return Conflict(f"cannot {what}: {message}")
+        if error.status in (401, 403):
+            return Forbidden(f"the cluster does not allow us to {what}: {message}")
+        if error.status in (400, 422):
+            return SpecError(f"the cluster rejected the request to {what}: {message}")
+        return EngineError(f"cannot {what}: the API server answered {error.status}: {message}")
+    return EngineError(f"cannot {what}: the Kubernetes API server is unreachable ({error})")
+
+
+def _api_message(error: ApiException) -> str:
+    try:
+        return str(json.loads(error.body or "")["message"])
+    except (TypeError, ValueError, KeyError):
+        return str(error.reason or error.status)
+
+
+_CALL_ERRORS = (ApiException, aiohttp.ClientError, TimeoutError, OSError)
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str  # "" for the core group
+    version: str
+    plural: str
+
+
+PODS = Resource("", "v1", "pods")
+CONFIGMAPS = Resource("", "v1", "configmaps")
+EVENTS = Resource("", "v1", "events")
+
+
+class KubeApi:
+    """One namespace-agnostic facade over an ApiClient; every method returns plain dicts.
+
+    Long-running requests (watches, followed logs) go through a second client of the same
+    cluster and credentials whose pool has no connection limit: they stay open while anyone
+    follows a job, and on the shared pool (100 connections) some 16 viewers of 4-replica jobs
+    would hold every connection and leave the server's other calls waiting, as the API server
+    itself keeps long-running requests apart from its in-flight limit."""
+
+    def __init__(self, api_client: Any, *, owns_client: bool = True) -> None:
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self._owns_client = owns_client
+        # (core, custom) over the streaming client, made on first use: aiohttp needs the loop.
+        self._streaming: tuple[Any, Any] | None = None
+
+    async def close(self) -> None:
+        if self._streaming is not None:
+            await self._streaming[0].api_client.close()
+            self._streaming = None
+        if self._owns_client:
+            await self.api_client.close()
+
+    # --- objects ---
+
+    async def create(self, res: Resource, namespace: str, body: Obj, what: str) -> Obj:
+        return await self._call(what, self._method(res, "create"), namespace, body)
+
+    async def get(self, res: Resource, namespace: str, name: str, what: str) -> Obj:
+        return await self._call(what, self._method(res, "get"), namespace, name)
+
+    async def list(self, res: Resource, namespace: str, selector: str, what: str) -> Obj:
+        """The list object: `items` and `metadata.resourceVersion`."""
+        kwargs = {"label_selector": selector}
+        return await self._call(what, self._method(res, "list"), namespace, **kwargs)
+
+    async def list_events(self, namespace: str, field_selector: str, what: str) -> Obj:
+        method = self.core.list_namespaced_event
+        return await self._call(what, method, namespace, field_selector=field_selector)
+
+    async def served_plurals(self, group: str, version: str, what: str) -> set[str]:
+        """The resources the API server serves in `group/version` (discovery, which every
+        authenticated user may read); NotFound when the group/version is not installed."""
+        method = self.custom.get_api_resources
+        listed = await self._call(what, method, group, version)
+        return {str(r.get("name")) for r in listed.get("resources") or []}
+
+    async def replace(self, res: Resource, namespace: str, name: str, body: Obj, what: str) -> Obj:
+        return await self._call(what, self._method(res, "replace"), namespace, name, body)
+
+    async def delete(self, res: Resource, namespace: str, name: str, what: str) -> Obj:
+        body = {"propagationPolicy": "Foreground"}
+        return await self._call(what, self._method(res, "delete"), namespace, name, body=body)
+
+    async def watch(
+        self, res: Resource, namespace: str, selector: str, resource_version: str, what: str
+    ) -> AsyncIterator[Obj]:
+        """Watch events (`type`, `object`) from `resource_version` until the server ends the
+        watch; the caller lists again on a 410 Gone (an ERROR event) and watches anew."""
+        method = self._method(res, "list", streaming=True)
+        response = await self._raw(
+            what,
+            method,
+            namespace,
+            label_selector=selector,
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=WATCH_SECONDS,
+        )
+        try:
+            async for line in iter_lines(response):
+                if line.strip():
+                    yield json.loads(line)
+        finally:
+            response.release()
+
+    # --- logs ---
+
+    async def read_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        *,
+        previous: bool = False,
+        tail_lines: int | None = None,
+    ) -> bytes:
+        kwargs: dict[str, Any] = {"container": container, "timestamps": True}
+        if previous:
+            kwargs["previous"] = True
+        if tail_lines is not None:
+            kwargs["tail_lines"] = tail_lines
+        what = f"read the log of pod {pod}"
+        response = await self._raw(
+            what, self.core.read_namespaced_pod_log, pod, namespace, **kwargs
+        )
+        try:
+            return bytes(await response.read())
+        except _CALL_ERRORS as error:
+            raise api_error(error, what) from None
+        finally:
+            response.release()
+
+    @contextlib.asynccontextmanager
+    async def stream_log(self, namespace: str, pod: str, container: str) -> AsyncIterator[Any]:
+        """The live log response (`follow=True`); iterate it with `iter_lines`."""
+        what = f"follow the log of pod {pod}"
+        method = self._apis(streaming=True)[0].read_namespaced_pod_log
+        kwargs = {"container": container, "timestamps": True, "follow": True}
+        response = await self._raw(what, method, pod, namespace, **kwargs)
+        bound_read_buffer(response.content, LOG_STREAM_BUFFER)
+        try:
+            yield response
+        finally:
+            response.close()
+
+    # --- plumbing ---
+
+    def _apis(self, *, streaming: bool) -> tuple[Any, Any]:
+        """(CoreV1Api, CustomObjectsApi) on the shared client, or on the streaming one."""
+        if not streaming:
+            return self.core, self.custom
+        if self._streaming is None:
+            configuration = copy.copy(self.api_client.configuration)
+            configuration.connection_pool_maxsize = 0  # aiohttp: no limit
+            streaming_client = client.ApiClient(configuration)
+            streaming_client.default_headers.update(self.api_client.default_headers)
+            self._streaming = (
+                client.CoreV1Api(streaming_client),
+                client.CustomObjectsApi(streaming_client),
+            )
+        return self._streaming
+
+    def _method(self, res: Resource, verb: str, *, streaming: bool = False) -> Any:
+        core, custom_api = self._apis(streaming=streaming)
+        if res.group == "":
+            kind = {"pods": "pod", "configmaps": "config_map", "events": "event"}[res.plural]
+            core_verb = "read" if verb == "get" else verb
+            method = getattr(core, f"{core_verb}_namespaced_{kind}")
+
+            async def core_call(namespace: str, *args: Any, **kwargs: Any) -> Any:
+                if verb in ("get", "replace", "delete"):
+                    name, *rest = args
+                    return await method(name, namespace, *rest, **kwargs)
+                return await method(namespace, *args, **kwargs)
+
+            return core_call
+        custom = getattr(custom_api, f"{verb}_namespaced_custom_object")
+
+        async def custom_call(namespace: str, *args: Any, **kwargs: Any) -> Any:
+            return await custom(res.group, res.version, namespace, res.plural, *args, **kwargs)
+
+        return custom_call
+
+    async def _raw(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Any:
+        """The unread response; a status outside 2xx is raised as a domain error (a raw
+        response, unlike a preloaded one, does not raise by itself)."""
+        try:
+            response = await method(*args, _preload_content=False, **kwargs)
+            if 200 <= response.status < 300:
+                return response
+            body = await response.read()
+            response.release()
+        except _CALL_ERRORS as error:
+            raise api_error(error, what) from None
+        failure = ApiException(status=response.status, reason=response.reason)
+        failure.body = body.decode("utf-8", "replace")
+        raise api_error(failure, what)
+
+    async def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Obj:
+        response = await self._raw(what, method, *args, **kwargs)
+        try:
+            data = json.loads(await response.read())
+        except _CALL_ERRORS as error:
+            raise api_error(error, what) from None
+        except ValueError:
+            raise EngineError(
+                f"cannot {what}: the API server sent something that is not JSON"
+            ) from None
+        finally:
+            response.release()
+        if not isinstance(data, dict):
+            raise EngineError(f"cannot {what}: unexpected answer from the API server")
+        return data
+
+
+def bound_read_buffer(reader: Any, limit: int) -> None:
+    """Make aiohttp stop reading the socket once `limit` bytes of a response wait unread.
+
+    kubernetes_asyncio opens its session with `read_bufsize=2**21` (for large watch events),
+    so aiohttp pauses only at 4 MiB unread per response; a log arrives as one HTTP chunk per
+    line, about four times its size in memory there. A follower whose consumer stalls would
+    hold some 16 MiB per replica. aiohttp has no public way to lower a response's limits, so
+    its thresholds are set here when present (tests/k8s/test_kube_log_fidelity.py pins the
+    result)."""
+    if hasattr(reader, "_high_water") and hasattr(reader, "_low_water"):
+        reader._low_water, reader._high_water = limit // 2, limit
+    if hasattr(reader, "_high_water_chunks") and hasattr(reader, "_low_water_chunks"):
+        chunks = max(4, limit // 64)
+        reader._low_water_chunks, reader._high_water_chunks = chunks // 2, chunks
+
+
+async def iter_lines(response: Any, max_line: int | None = None) -> AsyncIterator[bytes]:
+    """The lines of a streamed response without the newline; a last line without a newline is
+    yielded when the stream ends. With `max_line`, a line keeps only its first `max_line`
+    bytes and the rest is dropped as it arrives, so a line that never ends (a progress bar
+    redrawn with carriage returns) holds no more than that."""
+    parts: list[bytes] = []
+    size = 0
+
+    def keep(piece: bytes) -> None:
+        nonlocal size
+        if max_line is not None:
+            piece = piece[: max(0, max_line - size)]
+        if piece:
+            parts.append(piece)
+            size += len(piece)
+
+    async for chunk in response.content.iter_any():
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            keep(chunk[start:end])
+            yield b"".join(parts)
+            parts, size, start = [], 0, end + 1
+        keep(chunk[start:])
+    if parts:
+        yield b"".join(parts)

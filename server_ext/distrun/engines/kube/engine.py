@@ -1,0 +1,819 @@
+"""What the three Kubernetes engines share: submit, list, get, cancel, delete, read and follow
+logs, all answered from the API server (nothing is kept in this process between calls).
+
+A job is one custom object named by the job id, plus a ConfigMap of the same name owned by it.
+The engines differ only in the object they build (`build`), how pods map to replicas
+(`pod_selector`, `replica_of`), and how the object's status reads (`phase`).
+
+Tenancy: objects carry an owner label (to select) and the exact user name as an annotation
+(to authorize); another user's job is NotFound, exactly like a job that does not exist.
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from distrun.core import jobids
+from distrun.core.errors import (
+    DistrunError,
+    EngineError,
+    Forbidden,
+    LimitExceeded,
+    NotFound,
+    SpecError,
+)
+from distrun.core.job import Job, JobState, ReplicaStatus
+from distrun.core.logs import Cursor, JobUpdate, LogBatch, LogEvent, LogLine
+from distrun.core.spec import JobSpec, Limits, Resources, RoleSpec
+from distrun.engines.cursors import selected_replicas, start_seqs
+from distrun.engines.kube.client import (
+    CONFIGMAPS,
+    PODS,
+    KubeApi,
+    Obj,
+    Resource,
+    namespace_for,
+    new_api_client,
+)
+from distrun.engines.kube.logs import (
+    LedgerStore,
+    LogContext,
+    ReplicaFollower,
+    current_instance,
+    parse_line,
+    parse_time,
+    read_replica,
+    split_log,
+)
+from distrun.engines.kube.manifests.common import (
+    ANNOTATION_OWNER,
+    ANNOTATION_SPEC,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    ClusterOptions,
+    Target,
+    owner_selector,
+)
+from distrun.engines.kube.manifests.configmap import CodeBundle
+from distrun.engines.protocol import EngineInfo
+
+log = logging.getLogger(__name__)
+CANCELLED_REASON = "cancelled by the user"
+LAST_LINES = 20
+WAITING_POLL_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class Phase:
+    """What a job object's status says; `state` None means "ask the pods"."""
+
+    state: JobState | None
+    reason: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+class KubeEngine:
+    """The shared engine; subclasses set the class attributes and the four hooks."""
+
+    name = "kubernetes"
+    description = ""
+    resources: tuple[Resource, ...] = ()  # every kind this engine creates: (plural, kind)
+    kinds: tuple[str, ...] = ()
+    operator = "the operator that runs these jobs"  # what to install when the kinds are missing
+
+    def __init__(
+        self,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        api_client: Any = None,
+        namespace: str = "default",
+        images: dict[str, str] | None = None,
+        python: str = "python",
+        image_pull_secrets: tuple[str, ...] | list[str] = (),
+        service_account: str | None = None,
+        node_selector: dict[str, str] | None = None,
+        tolerations: tuple[dict[str, Any], ...] | list[dict[str, Any]] = (),
+        default_queue: str | None = None,
+        default_priority_class: str | None = None,
+        cluster_domain: str | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        """`namespace` is one namespace for everyone or a template such as
+        "distrun-{username}"; `api_client` (a kubernetes_asyncio ApiClient) replaces
+        `kubeconfig` / `context`, else in-cluster credentials or the default kubeconfig."""
+        self.namespace_template = namespace
+        self.options = ClusterOptions(
+            images=dict(images or {}),
+            python=python,
+            image_pull_secrets=tuple(image_pull_secrets),
+            service_account=service_account,
+            node_selector=dict(node_selector or {}),
+            tolerations=tuple(tolerations),
+            default_queue=default_queue,
+            default_priority_class=default_priority_class,
+            cluster_domain=cluster_domain,
+        )
+        self.limits = limits or Limits()
+        self._kubeconfig, self._context = kubeconfig, context
+        self._api: KubeApi | None = (
+            KubeApi(api_client, owns_client=False) if api_client is not None else None
+        )
+        self._api_lock = asyncio.Lock()
+
+    # --- the hooks each kind implements ---
+
+    def resource_for(self, spec: JobSpec) -> Resource:
+        """The kind of object `spec` becomes."""
+        return self.resources[0]
+
+    def resource_of(self, obj: Obj) -> Resource:
+        return (
+            self.resources[self.kinds.index(obj["kind"])]
+            if obj.get("kind") in self.kinds
+            else self.resources[0]
+        )
+
+    async def candidates(self, api: KubeApi, namespace: str, job_id: str) -> tuple[Resource, ...]:
+        """Where a job of this id may be; engines of several kinds narrow it down."""
+        return self.resources
+
+    def build(self, spec: JobSpec, target: Target) -> tuple[Obj, CodeBundle]:
+        raise NotImplementedError
+
+    def pod_selector(self, job_id: str) -> str:
+        raise NotImplementedError
+
+    def replica_of(self, pod: Obj, spec: JobSpec) -> str | None:
+        raise NotImplementedError
+
+    def container_name(self, spec: JobSpec) -> str:
+        raise NotImplementedError
+
+    def phase(self, obj: Obj) -> Phase:
+        raise NotImplementedError
+
+    async def waiting_reason(self, api: KubeApi, obj: Obj, job: Job) -> str | None:
+        """Why the pending `job` waits, in words, when its pods do not say: the latest Warning
+        event on the job object (an operator that cannot create the pods reports it there).
+        None keeps the reason `describe` gave."""
+        if pending_reason(job.replicas) is not None:
+            return None
+        meta = obj["metadata"]
+        selector = f"involvedObject.name={meta['name']},involvedObject.kind={obj.get('kind')}"
+        try:
+            events = await api.list_events(meta["namespace"], selector, "read the job's events")
+        except DistrunError:
+            return None
+        warnings = [e for e in events.get("items", []) if e.get("type") == "Warning"]
+        if not warnings:
+            return None
+        latest = max(warnings, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        return f"{latest.get('reason', 'Warning')}: {latest.get('message', '')}".strip()
+
+    # --- the Engine protocol ---
+
+    async def info(self) -> EngineInfo:
+        """Available when the API server answers and serves every kind this engine creates.
+        Discovery needs no namespace, so a per-user namespace template is no obstacle."""
+        try:
+            api = await self.api()
+            missing = await self._missing_resources(api)
+        except DistrunError as error:
+            return EngineInfo(self.name, self.description, available=False, reason=str(error))
+        if missing:
+            reason = (
+                f"the cluster does not serve {', '.join(missing)}; install {self.operator} "
+                "(or remove this engine from DistrunApp.engines)"
+            )
+            return EngineInfo(self.name, self.description, available=False, reason=reason)
+        return EngineInfo(
+            self.name,
+            self.description,
+            available=True,
+            namespaces=[self.namespace_template],
+            options={
+                "kinds": list(self.kinds),
+                "api": f"{self.resources[0].group}/{self.resources[0].version}",
+            },
+        )
+
+    async def _missing_resources(self, api: KubeApi) -> list[str]:
+        missing: list[str] = []
+        for group, version in dict.fromkeys((r.group, r.version) for r in self.resources):
+            try:
+                served = await api.served_plurals(group, version, f"discover {group}/{version}")
+            except NotFound:
+                served = set()
+            missing += [
+                f"{r.plural}.{group}/{version}"
+                for r in self.resources
+                if (r.group, r.version) == (group, version) and r.plural not in served
+            ]
+        return missing
+
+    async def submit(self, spec: JobSpec, owner: str) -> Job:
+        api = await self.api()
+        namespace = self._namespace(spec, owner)
+        await self._check_unfinished(api, namespace, owner)
+        for _ in range(10):
+            target = Target(jobids.new_job_id(spec.name), namespace, owner)
+            manifest, code = self.build(spec, target)
+            try:
+                resource = self.resource_for(spec)
+                created = await api.create(resource, namespace, manifest, "create the job")
+                break
+            except DistrunError as error:
+                if "already exists" not in str(error):
+                    raise
+        else:
+            raise EngineError("could not find a free job id; try again")
+        await self._create_configmap(api, created, code)
+        return describe(self.name, created, spec, {}, self.phase(created))
+
+    async def list_jobs(self, owner: str) -> list[Job]:
+        api = await self.api()
+        namespace = self.namespace_for(owner)
+        selector = owner_selector(owner)
+        objects = await self._list_objects(api, namespace, selector)
+        pods = await api.list(PODS, namespace, selector, "list the jobs' pods")
+        by_job: dict[str, list[Obj]] = {}
+        for pod in pods.get("items", []):
+            instance = pod["metadata"].get("labels", {}).get(LABEL_INSTANCE, "")
+            by_job.setdefault(instance, []).append(pod)
+        jobs = []
+        for obj in objects:
+            if _owner(obj) != owner:
+                continue
+            spec = stored_spec(obj)
+            replicas = self._replica_pods(by_job.get(obj["metadata"]["name"], []), spec)
+            jobs.append(describe(self.name, obj, spec, replicas, self.phase(obj)))
+        return sorted(jobs, key=lambda job: job.created_at, reverse=True)
+
+    async def get_job(self, job_id: str, owner: str) -> Job:
+        api = await self.api()
+        obj, spec = await self._get_owned(api, job_id, owner)
+        pods = await self._pods(api, obj, spec)
+        job = describe(self.name, obj, spec, pods, self.phase(obj))
+        if job.state == JobState.PENDING:
+            job.reason = await self.waiting_reason(api, obj, job) or job.reason
+        if job.failed_replica and job.failed_replica in pods:
+            job.last_lines = await self._last_lines(api, pods[job.failed_replica], spec)
+        return job
+
+    async def cancel(self, job_id: str, owner: str) -> Job:
+        api = await self.api()
+        obj, spec = await self._get_owned(api, job_id, owner)
+        job = describe(self.name, obj, spec, {}, self.phase(obj))
+        if job.state.terminal:
+            return await self.get_job(job_id, owner)
+        try:
+            namespace = obj["metadata"]["namespace"]
+            obj = await api.delete(self.resource_of(obj), namespace, job_id, "cancel the job")
+        except NotFound:
+            pass
+        obj.setdefault("metadata", {}).setdefault("deletionTimestamp", "now")
+        return describe(self.name, obj, spec, {}, self.phase(obj))
+
+    async def delete(self, job_id: str, owner: str) -> None:
+        api = await self.api()
+        obj, _spec = await self._get_owned(api, job_id, owner)
+        with contextlib.suppress(NotFound):
+            namespace = obj["metadata"]["namespace"]
+            await api.delete(self.resource_of(obj), namespace, job_id, "delete the job")
+
+    async def read_logs(
+        self,
+        job_id: str,
+        owner: str,
+        *,
+        since: Cursor | None = None,
+        replicas: set[str] | None = None,
+        limit: int = 10_000,
+    ) -> list[LogLine]:
+        if limit < 1:
+            raise SpecError(f"limit must be at least 1, not {limit}", field="limit")
+        api = await self.api()
+        obj, spec = await self._get_owned(api, job_id, owner)
+        names = selected_replicas(job_id, spec.replica_names(), replicas)
+        starts = start_seqs(names, since)
+        pods = await self._pods(api, obj, spec)
+        ctx = self._log_context(api, obj)
+        await ctx.ledger.load()
+        lines: list[LogLine] = []
+        for name in names:
+            if name in pods:
+                instance = current_instance(name, pods[name], self.container_name(spec))
+                lines += await read_replica(ctx, instance, starts[name])
+        lines.sort(key=lambda line: line.time)
+        return lines[:limit]
+
+    async def follow(
+        self,
+        job_id: str,
+        owner: str,
+        *,
+        since: Cursor | None = None,
+        replicas: set[str] | None = None,
+        max_batch: int = 5_000,
+    ) -> AsyncIterator[LogEvent]:
+        if max_batch < 1:
+            raise SpecError(f"max_batch must be at least 1, not {max_batch}", field="max_batch")
+        api = await self.api()
+        obj, spec = await self._get_owned(api, job_id, owner)
+        names = selected_replicas(job_id, spec.replica_names(), replicas)
+        starts = start_seqs(names, since)
+        follow = _Follow(self, api, obj, spec, names, starts, max_batch)
+        try:
+            async for event in follow.events():
+                yield event
+        finally:
+            await follow.stop()
+
+    async def close(self) -> None:
+        if self._api is not None:
+            await self._api.close()
+        self._api = None
+
+    # --- helpers ---
+
+    async def api(self) -> KubeApi:
+        async with self._api_lock:
+            if self._api is None:
+                self._api = KubeApi(await new_api_client(self._kubeconfig, self._context))
+            return self._api
+
+    def namespace_for(self, owner: str) -> str:
+        return namespace_for(self.namespace_template, owner)
+
+    def _namespace(self, spec: JobSpec, owner: str) -> str:
+        namespace = self.namespace_for(owner)
+        if spec.namespace is not None and spec.namespace != namespace:
+            raise Forbidden(
+                f"this server runs your jobs in namespace {namespace}, not {spec.namespace}; "
+                "leave namespace out",
+            )
+        return namespace
+
+    async def _check_unfinished(self, api: KubeApi, namespace: str, owner: str) -> None:
+        objects = await self._list_objects(api, namespace, owner_selector(owner))
+        unfinished = [
+            obj
+            for obj in objects
+            if _owner(obj) == owner
+            and not obj["metadata"].get("deletionTimestamp")
+            and not (self.phase(obj).state or JobState.PENDING).terminal
+        ]
+        if len(unfinished) >= self.limits.max_jobs_per_user:
+            raise LimitExceeded(
+                f"you have {len(unfinished)} unfinished jobs, the limit is "
+                f"{self.limits.max_jobs_per_user}; cancel or wait for one first"
+            )
+
+    async def _create_configmap(self, api: KubeApi, job: Obj, code: CodeBundle) -> None:
+        """The code's ConfigMap, owned by the job from its first moment, so it can never
+        outlive it. Pods created before it wait for their volume; if it cannot be made, the
+        job goes too."""
+        meta = job["metadata"]
+        configmap = dict(code.configmap)
+        configmap["metadata"] = {
+            **configmap["metadata"],
+            "ownerReferences": [
+                {
+                    "apiVersion": job["apiVersion"],
+                    "kind": job["kind"],
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                }
+            ],
+        }
+        try:
+            await api.create(CONFIGMAPS, meta["namespace"], configmap, "store the job's code")
+        except DistrunError:
+            with contextlib.suppress(DistrunError):
+                await api.delete(
+                    self.resource_of(job), meta["namespace"], meta["name"], "remove it"
+                )
+            raise
+
+    async def _get_owned(self, api: KubeApi, job_id: str, owner: str) -> tuple[Obj, JobSpec]:
+        jobids.check_job_id(job_id)
+        namespace = self.namespace_for(owner)
+        for resource in await self.candidates(api, namespace, job_id):
+            try:
+                obj = await api.get(resource, namespace, job_id, "read the job")
+                break
+            except NotFound:
+                continue
+        else:
+            raise NotFound(f"no job {job_id!r}")
+        if (
+            _owner(obj) != owner
+            or obj["metadata"].get("labels", {}).get(LABEL_MANAGED_BY) != "distrun"
+        ):
+            raise NotFound(f"no job {job_id!r}")
+        return obj, stored_spec(obj)
+
+    async def _list_objects(self, api: KubeApi, namespace: str, selector: str) -> list[Obj]:
+        objects: list[Obj] = []
+        for resource in self.resources:
+            listed = await api.list(resource, namespace, selector, "list jobs")
+            objects += listed.get("items", [])
+        return objects
+
+    async def _pods(self, api: KubeApi, obj: Obj, spec: JobSpec) -> dict[str, Obj]:
+        meta = obj["metadata"]
+        pods = await api.list(PODS, meta["namespace"], self.pod_selector(meta["name"]), "list pods")
+        return self._replica_pods(pods.get("items", []), spec)
+
+    def _replica_pods(self, pods: list[Obj], spec: JobSpec) -> dict[str, Obj]:
+        """The newest pod of each replica (an operator may be replacing an old one)."""
+        chosen: dict[str, Obj] = {}
+        for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", "")):
+            replica = self.replica_of(pod, spec)
+            if replica is not None:
+                chosen[replica] = pod
+        return chosen
+
+    def _log_context(self, api: KubeApi, obj: Obj) -> LogContext:
+        meta = obj["metadata"]
+        ledger = LedgerStore(api, meta["namespace"], meta["name"])
+        return LogContext(api, meta["namespace"], ledger, self.limits.max_log_line_bytes)
+
+    async def _last_lines(self, api: KubeApi, pod: Obj, spec: JobSpec) -> list[str]:
+        try:
+            data = await api.read_log(
+                pod["metadata"]["namespace"],
+                pod["metadata"]["name"],
+                self.container_name(spec),
+                tail_lines=LAST_LINES,
+            )
+        except DistrunError:
+            return []
+        return [parse_line(raw, self.limits.max_log_line_bytes)[1] for raw in split_log(data)]
+
+
+class _Follow:
+    """One `follow` call: a watch on the job object, a watch on its pods, and a follower per
+    selected replica feeding one bounded queue (a slow consumer holds the readers back; nothing
+    piles up in memory)."""
+
+    def __init__(
+        self,
+        engine: KubeEngine,
+        api: KubeApi,
+        obj: Obj,
+        spec: JobSpec,
+        names: list[str],
+        starts: dict[str, int],
+        max_batch: int,
+    ) -> None:
+        self.engine, self.api, self.obj, self.spec = engine, api, obj, spec
+        self.max_batch = max_batch
+        self.pods: dict[str, Obj] = {}
+        self.all_pods: dict[str, Obj] = {}  # by pod name
+        self.gone = False
+        self.changed = asyncio.Event()
+        self.queue: asyncio.Queue[LogLine] = asyncio.Queue(maxsize=max(1000, max_batch))
+        ctx = engine._log_context(api, obj)
+        container = engine.container_name(spec)
+        self.followers = {
+            name: ReplicaFollower(ctx, name, container, starts[name], self.queue.put)
+            for name in names
+        }
+        self.follower_tasks: list[asyncio.Task[None]] = []
+        self.watch_tasks: list[asyncio.Task[None]] = []
+        self.waiting: str | None = None  # the cluster's word on why the pending job waits
+
+    async def events(self) -> AsyncIterator[LogEvent]:
+        meta = self.obj["metadata"]
+        namespace, job_id = meta["namespace"], meta["name"]
+        await self._list_pods(namespace, job_id)
+        await self._refresh_waiting()
+        self.watch_tasks = [
+            asyncio.create_task(self._watch_job(namespace, job_id)),
+            asyncio.create_task(self._watch_pods(namespace, job_id)),
+            asyncio.create_task(self._poll_waiting()),
+        ]
+        self.follower_tasks = [asyncio.create_task(f.run()) for f in self.followers.values()]
+        sent: Job | None = None
+        finishing = False
+        while True:
+            job = self._describe()
+            if job != sent:
+                sent = job
+                yield JobUpdate(job)
+            if (job.state.terminal or self.gone) and not finishing:
+                finishing = True
+                for follower in self.followers.values():
+                    follower.finish()
+            batch = self._drain()
+            if batch:
+                yield LogBatch(batch)
+                continue
+            if finishing and all(task.done() for task in self.follower_tasks):
+                if self.queue.empty():
+                    return
+                continue
+            first = await self._wait()
+            if first is not None:
+                yield LogBatch([first, *self._drain(self.max_batch - 1)])
+
+    async def stop(self) -> None:
+        tasks = self.watch_tasks + self.follower_tasks
+        for task in tasks:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for result in results:
+            if isinstance(result, Exception) and not isinstance(result, DistrunError):
+                log.warning("a log follower of %s failed: %r", self.obj["metadata"]["name"], result)
+
+    def _describe(self, with_waiting: bool = True) -> Job:
+        obj = self.obj
+        if self.gone and not obj["metadata"].get("deletionTimestamp"):
+            obj = {**obj, "metadata": {**obj["metadata"], "deletionTimestamp": "gone"}}
+        job = describe(self.engine.name, obj, self.spec, self.pods, self.engine.phase(obj))
+        if with_waiting and self.waiting and job.state == JobState.PENDING:
+            job.reason = self.waiting
+        return job
+
+    async def _refresh_waiting(self) -> None:
+        job = self._describe(with_waiting=False)
+        waiting = None
+        if job.state == JobState.PENDING:
+            with contextlib.suppress(DistrunError):
+                waiting = await self.engine.waiting_reason(self.api, self.obj, job)
+        if waiting != self.waiting:
+            self.waiting = waiting
+            self._notify()
+
+    async def _poll_waiting(self) -> None:
+        """Events and PodGroups are not watched (a watch per follower for a word that rarely
+        changes); while the job is pending they are read again every few seconds."""
+        while True:
+            await asyncio.sleep(WAITING_POLL_SECONDS)
+            await self._refresh_waiting()
+
+    def _drain(self, limit: int | None = None) -> list[LogLine]:
+        lines: list[LogLine] = []
+        limit = self.max_batch if limit is None else limit
+        while len(lines) < limit and not self.queue.empty():
+            lines.append(self.queue.get_nowait())
+        return lines
+
+    async def _wait(self) -> LogLine | None:
+        """A line, or None when the job, a pod or a follower changed (or a while passed)."""
+        getter = asyncio.ensure_future(self.queue.get())
+        changed = asyncio.ensure_future(self.changed.wait())
+        pending_followers = [task for task in self.follower_tasks if not task.done()]
+        try:
+            await asyncio.wait(
+                [getter, changed, *pending_followers],
+                timeout=5.0,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            changed.cancel()
+            self.changed.clear()
+            if not getter.done():
+                getter.cancel()
+        if getter.done() and not getter.cancelled():
+            return getter.result()
+        return None
+
+    def _notify(self) -> None:
+        self.changed.set()
+
+    # --- watches ---
+
+    async def _list_pods(self, namespace: str, job_id: str) -> str:
+        listed = await self.api.list(PODS, namespace, self.engine.pod_selector(job_id), "list pods")
+        self.all_pods = {pod["metadata"]["name"]: pod for pod in listed.get("items", [])}
+        self._pods_changed()
+        return str(listed["metadata"].get("resourceVersion", ""))
+
+    def _pods_changed(self) -> None:
+        self.pods = self.engine._replica_pods(list(self.all_pods.values()), self.spec)
+        for name, follower in self.followers.items():
+            pod = self.pods.get(name)
+            if pod is not follower.pod:
+                follower.update(pod)
+        self._notify()
+
+    async def _watch_pods(self, namespace: str, job_id: str) -> None:
+        selector = self.engine.pod_selector(job_id)
+        version = ""
+        while True:
+            if not version:
+                version = await self._list_pods(namespace, job_id)
+            try:
+                async for event in self.api.watch(PODS, namespace, selector, version, "watch pods"):
+                    version = self._on_pod_event(event, version)
+            except DistrunError as error:
+                log.info("pod watch of %s ended: %s", job_id, error)
+                version = ""
+                await asyncio.sleep(1.0)
+
+    def _on_pod_event(self, event: Obj, version: str) -> str:
+        kind, pod = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            return ""  # expired (410 Gone): list again
+        meta = pod.get("metadata", {})
+        if kind == "BOOKMARK":
+            return str(meta.get("resourceVersion", version))
+        if kind == "DELETED":
+            self.all_pods.pop(meta.get("name", ""), None)
+        else:
+            self.all_pods[meta["name"]] = pod
+        self._pods_changed()
+        return str(meta.get("resourceVersion", version))
+
+    async def _watch_job(self, namespace: str, job_id: str) -> None:
+        selector = f"{LABEL_INSTANCE}={job_id}"
+        resource = self.engine.resource_of(self.obj)
+        version = str(self.obj["metadata"].get("resourceVersion", ""))
+        while not self.gone:
+            try:
+                async for event in self.api.watch(resource, namespace, selector, version, "watch"):
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        break
+                    version = str(obj.get("metadata", {}).get("resourceVersion", version))
+                    if kind == "DELETED":
+                        self.gone = True
+                    elif kind != "BOOKMARK":
+                        self.obj = obj
+                    self._notify()
+                    if self.gone:
+                        return
+            except DistrunError as error:
+                log.info("job watch of %s ended: %s", job_id, error)
+                await asyncio.sleep(1.0)
+            try:  # relist: the object itself, or it is gone
+                self.obj = await self.api.get(resource, namespace, job_id, "read the job")
+                version = str(self.obj["metadata"].get("resourceVersion", ""))
+            except NotFound:
+                self.gone = True
+            self._notify()
+
+
+# --- pure functions of what the API server holds ----------------------------------------------
+
+
+def stored_spec(obj: Obj) -> JobSpec:
+    """The spec recorded on the job object at submission."""
+    try:
+        data = json.loads(obj["metadata"]["annotations"][ANNOTATION_SPEC])
+        roles = {
+            name: RoleSpec(role["replicas"], Resources(**role.get("resources", {})))
+            for name, role in data.pop("roles").items()
+        }
+        return JobSpec(roles=roles, **data)
+    except (KeyError, TypeError, ValueError) as error:
+        name = obj.get("metadata", {}).get("name")
+        raise EngineError(f"job {name} has no readable distrun spec ({error})") from None
+
+
+def _owner(obj: Obj) -> str | None:
+    return (obj.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_OWNER)
+
+
+def k8s_time(value: Any) -> float | None:
+    return parse_time(value) if isinstance(value, str) else None
+
+
+def describe(engine: str, obj: Obj, spec: JobSpec, pods: dict[str, Obj], phase: Phase) -> Job:
+    """The job as the API server shows it: the object's status first, pods for the detail."""
+    meta = obj["metadata"]
+    replicas = [replica_status(name, pods.get(name)) for name in spec.replica_names()]
+    state, reason = phase.state, phase.reason
+    if state is None:  # the object does not say: the pods do
+        state = (
+            JobState.RUNNING
+            if any(r.state != JobState.PENDING for r in replicas)
+            else JobState.PENDING
+        )
+    if meta.get("deletionTimestamp") and not state.terminal:
+        state, reason = JobState.CANCELLED, CANCELLED_REASON
+    failed = next((r for r in replicas if r.state == JobState.FAILED), None)
+    if state == JobState.PENDING and reason is None:
+        reason = pending_reason(replicas) or "waiting for the controller to create the pods"
+    if state == JobState.FAILED and reason is None and failed is not None:
+        reason = f"{failed.name} {failed.reason or 'failed'}"
+    started = phase.started_at or min(
+        (r.started_at for r in replicas if r.started_at is not None), default=None
+    )
+    finished = phase.finished_at
+    if state.terminal and finished is None:
+        finished = max((r.finished_at for r in replicas if r.finished_at), default=None)
+    return Job(
+        id=meta["name"],
+        name=spec.name,
+        owner=_owner(obj) or "",
+        engine=engine,
+        framework=spec.framework,
+        state=state,
+        created_at=k8s_time(meta.get("creationTimestamp")) or 0.0,
+        replicas=replicas,
+        spec=spec,
+        started_at=started,
+        finished_at=finished,
+        reason=reason,
+        failed_replica=failed.name if failed is not None and state == JobState.FAILED else None,
+    )
+
+
+def replica_status(name: str, pod: Obj | None) -> ReplicaStatus:
+    role, index = name.rsplit("-", 1)
+    status = ReplicaStatus(name=name, role=role, index=int(index))
+    if pod is None:
+        status.reason = "no pod yet"
+        return status
+    pod_status = pod.get("status") or {}
+    containers = pod_status.get("containerStatuses") or []
+    container = containers[0] if containers else {}
+    state = container.get("state") or {}
+    status.restarts = int(container.get("restartCount", 0))
+    running, terminated, waiting = (
+        state.get("running"),
+        state.get("terminated"),
+        state.get("waiting"),
+    )
+    phase = pod_status.get("phase", "Pending")
+    if running:
+        status.started_at = k8s_time(running.get("startedAt"))
+    if terminated:
+        status.started_at = k8s_time(terminated.get("startedAt"))
+        status.finished_at = k8s_time(terminated.get("finishedAt"))
+        status.exit_code = terminated.get("exitCode")
+    if phase == "Running":
+        status.state = JobState.RUNNING
+    elif phase == "Succeeded":
+        status.state = JobState.SUCCEEDED
+    elif phase == "Failed":
+        status.state = JobState.FAILED
+        code = status.exit_code
+        message = (terminated or {}).get("message") or pod_status.get("message")
+        status.reason = f"exited with code {code}" if code is not None else "failed"
+        if message:
+            status.reason += f": {message.strip()}"
+    else:
+        status.reason = _pending_pod_reason(pod, waiting)
+    if status.state == JobState.RUNNING and waiting:
+        status.reason = _words(waiting, "waiting")  # e.g. CrashLoopBackOff between restarts
+    return status
+
+
+def _pending_pod_reason(pod: Obj, waiting: Obj | None) -> str:
+    pod_status = pod.get("status") or {}
+    for condition in pod_status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return _words(condition, "not scheduled")
+    if waiting:
+        return _words(waiting, "waiting")
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node:
+        return f"starting on node {node}"
+    return "waiting to be scheduled" if not pod_status.get("conditions") else "starting"
+
+
+def _words(status: Obj, default: str) -> str:
+    """ "Reason: message" of a condition or a container's waiting state."""
+    why = status.get("reason") or default
+    return f"{why}: {status.get('message', '')}".strip(": ")
+
+
+def pending_reason(replicas: list[ReplicaStatus]) -> str | None:
+    pending = [r for r in replicas if r.state == JobState.PENDING and r.reason != "no pod yet"]
+    if not pending:
+        return None
+    first = pending[0]
+    others = f" (and {len(pending) - 1} more)" if len(pending) > 1 else ""
+    return f"{first.name}: {first.reason}{others}"
+
+
+def conditions_phase(obj: Obj, terminal: dict[str, JobState], running: tuple[str, ...]) -> Phase:
+    """A phase from `status.conditions`: of the terminal types that are True, the one that
+    became so last wins (a job can fail after it was once marked otherwise); else running."""
+    conditions = [
+        c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("status") == "True"
+    ]
+    status = obj.get("status") or {}
+    started = k8s_time(status.get("startTime"))
+    ends = [c for c in conditions if c.get("type") in terminal]
+    if ends:
+        last = max(enumerate(ends), key=lambda ic: (ic[1].get("lastTransitionTime") or "", ic[0]))[
+            1
+        ]
+        finished = k8s_time(status.get("completionTime")) or k8s_time(
+            last.get("lastTransitionTime")
+        )
+        return Phase(terminal[last["type"]], last.get("message") or None, started, finished)
+    if any(c.get("type") in running for c in conditions):
+        return Phase(JobState.RUNNING, None, started)
+    return Phase(None, None, started)

@@ -1,0 +1,376 @@
+"""Replica logs from Kubernetes: which container instance a replica is running, reading and
+following its log, and sequence numbers that survive restarts and server restarts.
+
+Sequence numbers. A replica's log is the concatenation of its container instances' logs: a
+pod's container restarts (restartCount) and operators recreate pods (a new uid). Each instance
+is named `{pod uid}:{restartCount}`. The first line of an instance has the seq "lines of every
+earlier instance". Those counts are kept in the API server, not in this process: when a reader
+sees an instance end it counts the instance's whole log and appends `[instance, lines]` to the
+replica's list in the job ConfigMap's `distrun.io/log-ledger` annotation (optimistic
+concurrency, so concurrent readers agree; a count is a fact about an immutable log, so writers
+never disagree). Any server, restarted or not, computes the same seqs from the ledger, so a
+client resuming with `since` gets nothing twice. Kubernetes keeps only the current and the
+previous instance's log: an instance that ended unobserved while two more started is lost, and
+counted as the lines that were seen of it (none if none).
+"""
+
+import asyncio
+import contextlib
+import datetime
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from distrun.core.errors import Conflict, DistrunError, NotFound
+from distrun.core.logs import LogLine
+from distrun.engines.kube.client import CONFIGMAPS, KubeApi, iter_lines
+
+LEDGER_ANNOTATION = "distrun.io/log-ledger"
+Ledger = dict[str, list[list[Any]]]  # replica -> [[instance key, lines], ...] in order
+Emit = Callable[[LogLine], Awaitable[None]]
+_LEDGER_RETRIES = 8
+# Bytes before a line's text read with timestamps=True: "2024-01-02T03:04:05.123456789Z ".
+TIMESTAMP_ROOM = 64
+
+
+# --- pure parts ---------------------------------------------------------------------------
+
+
+CUT_MARK = " [cut by distrun: the line is longer than max_log_line_bytes]"
+
+
+def parse_line(raw: bytes, max_bytes: int) -> tuple[float, str]:
+    """(epoch seconds, text) of a line read with `timestamps=True`: "<RFC 3339> <text>". A text
+    over `max_bytes` keeps its first `max_bytes` and says it was cut (the local engine splits
+    such a line in several; here a seq must count the same lines on every reader)."""
+    stamp, separator, rest = raw.partition(b" ")
+    when = parse_time(stamp.decode("ascii", "replace")) if separator else None
+    if when is None:
+        when, rest = time.time(), raw
+    if len(rest) > max_bytes:
+        return when, rest[:max_bytes].decode("utf-8", "replace") + CUT_MARK
+    return when, rest.decode("utf-8", "replace").removesuffix("\r")
+
+
+def parse_time(stamp: str) -> float | None:
+    """Epoch seconds of an RFC 3339 time with up to nanoseconds, or None."""
+    if not stamp.endswith("Z"):
+        return None
+    whole, _, fraction = stamp[:-1].partition(".")
+    try:
+        moment = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.timezone.utc)
+    except ValueError:
+        return None
+    digits = fraction[:6].ljust(6, "0") if fraction.isdigit() else "0"
+    return moment.timestamp() + int(digits) / 1_000_000
+
+
+def split_log(data: bytes) -> list[bytes]:
+    lines = data.split(b"\n")
+    return lines[:-1] if lines and lines[-1] == b"" else lines
+
+
+def read_ledger(configmap: dict[str, Any]) -> Ledger:
+    annotations = configmap.get("metadata", {}).get("annotations") or {}
+    try:
+        ledger = json.loads(annotations.get(LEDGER_ANNOTATION, "{}"))
+    except ValueError:
+        return {}
+    return ledger if isinstance(ledger, dict) else {}
+
+
+def base_seq(ledger: Ledger, replica: str, key: str) -> int:
+    """The seq of the first line of instance `key`: every recorded earlier instance's lines."""
+    total = 0
+    for entry_key, lines in ledger.get(replica, []):
+        if entry_key == key:
+            break
+        total += int(lines)
+    return total
+
+
+def recorded_lines(ledger: Ledger, replica: str, key: str) -> int | None:
+    for entry_key, lines in ledger.get(replica, []):
+        if entry_key == key:
+            return int(lines)
+    return None
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One run of a replica's main container."""
+
+    replica: str
+    pod: str
+    uid: str
+    container: str
+    restart: int
+    started: bool  # its log exists
+    ended: bool
+
+    @property
+    def key(self) -> str:
+        return f"{self.uid}:{self.restart}"
+
+    def previous(self) -> "Instance | None":
+        if self.restart == 0:
+            return None
+        return Instance(
+            self.replica, self.pod, self.uid, self.container, self.restart - 1, True, True
+        )
+
+
+def current_instance(replica: str, pod: dict[str, Any], container: str) -> Instance:
+    meta, status = pod["metadata"], pod.get("status") or {}
+    statuses = status.get("containerStatuses") or []
+    own: dict[str, Any] = next((s for s in statuses if s.get("name") == container), {})
+    state = own.get("state") or {}
+    terminated = "terminated" in state or status.get("phase") in ("Succeeded", "Failed")
+    started = "running" in state or "terminated" in state
+    return Instance(
+        replica=replica,
+        pod=meta["name"],
+        uid=meta.get("uid", ""),
+        container=container,
+        restart=int(own.get("restartCount", 0)),
+        started=started,
+        ended=terminated,
+    )
+
+
+# --- the ledger in the API server ----------------------------------------------------------
+
+
+class LedgerStore:
+    """The job ConfigMap's ledger annotation, read and appended with optimistic concurrency."""
+
+    def __init__(self, api: KubeApi, namespace: str, name: str) -> None:
+        self.api, self.namespace, self.name = api, namespace, name
+        self.ledger: Ledger = {}
+
+    async def load(self) -> Ledger:
+        try:
+            configmap = await self.api.get(
+                CONFIGMAPS, self.namespace, self.name, "read the log ledger"
+            )
+        except NotFound:
+            configmap = {}
+        self.ledger = read_ledger(configmap)
+        return self.ledger
+
+    async def record(self, replica: str, key: str, lines: int) -> None:
+        """Append `[key, lines]` for `replica` unless it is there already."""
+        for _ in range(_LEDGER_RETRIES):
+            try:
+                configmap = await self.api.get(
+                    CONFIGMAPS, self.namespace, self.name, "read the log ledger"
+                )
+            except NotFound:
+                return  # the job is being deleted: nobody will ask for seqs any more
+            ledger = read_ledger(configmap)
+            if recorded_lines(ledger, replica, key) is not None:
+                self.ledger = ledger
+                return
+            ledger.setdefault(replica, []).append([key, lines])
+            annotations = configmap["metadata"].setdefault("annotations", {})
+            annotations[LEDGER_ANNOTATION] = json.dumps(ledger, separators=(",", ":"))
+            try:  # carries metadata.resourceVersion: a concurrent writer makes this a 409
+                await self.api.replace(
+                    CONFIGMAPS, self.namespace, self.name, configmap, "record the log ledger"
+                )
+            except Conflict:
+                continue
+            except NotFound:
+                return
+            self.ledger = ledger
+            return
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+@dataclass
+class LogContext:
+    api: KubeApi
+    namespace: str
+    ledger: LedgerStore
+    max_line_bytes: int
+
+
+async def read_instance(ctx: LogContext, instance: Instance, previous: bool) -> list[bytes]:
+    """The whole log of an instance; empty when the kubelet no longer has it."""
+    try:
+        data = await ctx.api.read_log(
+            ctx.namespace, instance.pod, instance.container, previous=previous
+        )
+    except DistrunError:
+        return []
+    return split_log(data)
+
+
+def to_lines(
+    ctx: LogContext, replica: str, raw: list[bytes], first_seq: int, since: int
+) -> list[LogLine]:
+    lines = []
+    for offset, line in enumerate(raw):
+        seq = first_seq + offset
+        if seq >= since:
+            when, text = parse_line(line, ctx.max_line_bytes)
+            lines.append(LogLine(replica, seq, when, text))
+    return lines
+
+
+async def read_replica(ctx: LogContext, instance: Instance, since: int) -> list[LogLine]:
+    """Every line still readable of a replica from `since`: its previous container instance
+    and its current one. Ended instances not yet in the ledger are recorded."""
+    lines: list[LogLine] = []
+    previous = instance.previous()
+    for inst, is_previous in ((previous, True), (instance, False)):
+        if inst is None or not inst.started:
+            continue
+        ledger = ctx.ledger.ledger
+        first = base_seq(ledger, inst.replica, inst.key)
+        known = recorded_lines(ledger, inst.replica, inst.key)
+        if known is not None and first + known <= since:
+            continue
+        raw = await read_instance(ctx, inst, is_previous)
+        if known is not None:
+            raw = raw[:known]
+        elif inst.ended:
+            await ctx.ledger.record(inst.replica, inst.key, len(raw))
+        lines += to_lines(ctx, inst.replica, raw, first, since)
+    return lines
+
+
+class ReplicaFollower:
+    """Follows one replica across its container instances, in order, for one `follow` call.
+    The pod watcher calls `update` with the replica's pod (None when it is gone)."""
+
+    def __init__(self, ctx: LogContext, replica: str, container: str, since: int, emit: Emit):
+        self.ctx, self.replica, self.container = ctx, replica, container
+        self.since = since
+        self.emit = emit
+        self.pod: dict[str, Any] | None = None
+        self.finishing = False  # the job is over: read what is there and stop
+        self._changed = asyncio.Event()
+        self._done: set[str] = set()
+        self._seen = 0
+
+    def update(self, pod: dict[str, Any] | None) -> None:
+        self.pod = pod
+        self._changed.set()
+
+    def finish(self) -> None:
+        self.finishing = True
+        self._changed.set()
+
+    def _current(self) -> Instance | None:
+        if self.pod is None:
+            return None
+        return current_instance(self.replica, self.pod, self.container)
+
+    async def run(self) -> None:
+        while True:
+            instance = self._current()
+            if instance is None or not instance.started or instance.key in self._done:
+                if self.finishing:
+                    return
+                await self._wait_change()
+                continue
+            previous = instance.previous()
+            if previous is not None and previous.key not in self._done:
+                await self._catch_up(previous, is_previous=True)
+            await self._follow(instance)
+            self._done.add(instance.key)
+
+    async def _wait_change(self, timeout: float | None = None) -> None:
+        self._changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout)
+
+    async def _emit_raw(self, raw: list[bytes], first_seq: int) -> None:
+        for line in to_lines(self.ctx, self.replica, raw, first_seq, self.since):
+            await self.emit(line)
+
+    async def _catch_up(self, instance: Instance, is_previous: bool) -> None:
+        """An instance that ended before we got to it: read it whole (if still there)."""
+        self._done.add(instance.key)
+        ledger = await self.ctx.ledger.load()
+        first = base_seq(ledger, self.replica, instance.key)
+        known = recorded_lines(ledger, self.replica, instance.key)
+        if known is not None and first + known <= self.since:
+            return
+        raw = await read_instance(self.ctx, instance, is_previous)
+        if known is None:
+            await self.ctx.ledger.record(self.replica, instance.key, len(raw))
+        else:
+            raw = raw[:known]
+        await self._emit_raw(raw, first)
+
+    def _over(self, instance: Instance) -> bool:
+        current = self._current()
+        return self.finishing or current is None or current.key != instance.key or current.ended
+
+    async def _follow(self, instance: Instance) -> None:
+        ledger = await self.ctx.ledger.load()
+        first = base_seq(ledger, self.replica, instance.key)
+        if recorded_lines(ledger, self.replica, instance.key) is not None:
+            await self._catch_up(instance, is_previous=False)  # ended and counted already
+            return
+        self._seen = 0  # lines of this instance sent or skipped (before `since`) so far
+        while not self._over(instance):
+            stream = asyncio.ensure_future(self._stream(instance, first))
+            changed = asyncio.ensure_future(self._changed.wait())
+            try:
+                await asyncio.wait({stream, changed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                changed.cancel()
+                self._changed.clear()
+                stream.cancel()
+                await _settle(stream)
+            if stream.done() and not self._over(instance):
+                await self._wait_change(timeout=1.0)  # the stream ended early: reconnect
+        await self._finish_instance(instance, first)
+
+    async def _stream(self, instance: Instance, first: int) -> None:
+        """Follow the live log, sending the lines after the first `self._seen`."""
+        skip, seen = self._seen, 0
+        api, namespace = self.ctx.api, self.ctx.namespace
+        try:
+            async with api.stream_log(namespace, instance.pod, self.container) as response:
+                max_line = self.ctx.max_line_bytes + TIMESTAMP_ROOM
+                async for raw in iter_lines(response, max_line):
+                    if seen >= skip:
+                        await self._emit_raw([raw], first + seen)
+                        self._seen = seen + 1
+                    seen += 1
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            return  # the connection broke: the caller reconnects or finishes from a full read
+
+    async def _finish_instance(self, instance: Instance, first: int) -> None:
+        """The instance ended (or the job did): read its whole log, send what the stream had
+        not, and record its count once it can no longer grow."""
+        seen = self._seen
+        current = self._current()
+        restarted = current is not None and current.key != instance.key
+        gone = current is None
+        raw = [] if gone else await read_instance(self.ctx, instance, previous=restarted)
+        if len(raw) > seen:
+            await self._emit_raw(raw[seen:], first + seen)
+            seen = len(raw)
+        if restarted or gone or (current is not None and current.ended):
+            await self.ctx.ledger.record(self.replica, instance.key, seen)
+
+
+async def _settle(task: "asyncio.Future[None]") -> None:
+    """Wait for a cancelled helper task without swallowing our own cancellation."""
+    try:
+        await task
+    except (asyncio.CancelledError, DistrunError):
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise

@@ -1,0 +1,170 @@
+"""What every Kubernetes object distrun creates shares: identity labels, the owner, the options
+an operator configures, and the pieces of a pod template. Pure functions of their arguments."""
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from distrun.core.errors import SpecError
+from distrun.core.frameworks import FRAMEWORKS
+from distrun.core.spec import JobSpec, Resources
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_OWNER = "distrun.io/owner"
+ANNOTATION_OWNER = "distrun.io/owner"  # the exact user name; authorization compares this
+ANNOTATION_SPEC = "distrun.io/spec"
+APP = "distrun"
+# The spec is kept on the job object so any server can answer from the API server alone; the
+# code is dropped from it when it would crowd the 256 KiB annotation budget (the ConfigMap has it).
+MAX_SPEC_ANNOTATION_BYTES = 128 * 1024
+
+CODE_VOLUME = "distrun-code"
+CODE_DIR = "/distrun/code"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+_DNS1035_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_NOT_LABEL_VALUE_RE = re.compile(r"[^A-Za-z0-9_.-]+")
+MAX_OBJECT_NAME = 40  # distrun.core.jobids.MAX_JOB_ID_LENGTH: room for replica suffixes
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """What the operator of a distrun server configures for its Kubernetes engines."""
+
+    images: dict[str, str] = field(default_factory=dict)  # framework -> image; else the default
+    python: str = "python"  # the interpreter inside the image
+    image_pull_secrets: tuple[str, ...] = ()
+    service_account: str | None = None
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, Any], ...] = ()
+    default_queue: str | None = None
+    default_priority_class: str | None = None
+    cluster_domain: str | None = None
+
+    def image(self, spec: JobSpec) -> str:
+        return (
+            spec.image
+            or self.images.get(spec.framework)
+            or FRAMEWORKS[spec.framework].default_image
+        )
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a job goes and whose it is."""
+
+    job_id: str
+    namespace: str
+    owner: str
+
+    def __post_init__(self) -> None:
+        if not _DNS1035_RE.match(self.job_id) or len(self.job_id) > MAX_OBJECT_NAME:
+            raise SpecError(
+                f"job id {self.job_id!r} must be a DNS-1035 label of at most {MAX_OBJECT_NAME} "
+                "characters (lower-case letters, digits and '-', starting with a letter)"
+            )
+        if not self.owner:
+            raise SpecError("a job needs an owner")
+
+
+def owner_label(owner: str) -> str:
+    """A label value standing for `owner`: readable, at most 63 characters, and with a hash of
+    the exact name so that "a.b" and "a_b" differ. It selects; it never authorizes."""
+    readable = _NOT_LABEL_VALUE_RE.sub("-", owner).strip("-_.")[:40].strip("-_.") or "user"
+    digest = hashlib.sha256(owner.encode()).hexdigest()[:10]
+    return f"{readable}-{digest}"
+
+
+def job_labels(job_id: str, owner: str) -> dict[str, str]:
+    return {
+        LABEL_NAME: APP,
+        LABEL_MANAGED_BY: APP,
+        LABEL_INSTANCE: job_id,
+        LABEL_OWNER: owner_label(owner),
+    }
+
+
+def owner_selector(owner: str) -> str:
+    return f"{LABEL_MANAGED_BY}={APP},{LABEL_OWNER}={owner_label(owner)}"
+
+
+def job_annotations(spec: JobSpec, owner: str) -> dict[str, str]:
+    return {ANNOTATION_OWNER: owner, ANNOTATION_SPEC: spec_annotation(spec)}
+
+
+def spec_annotation(spec: JobSpec) -> str:
+    """The spec as JSON, without the shipped files' contents (they are in the ConfigMap)."""
+    data = spec.to_dict()
+    data["files"] = {path: "" for path in spec.files}
+    text = json.dumps(data, separators=(",", ":"))
+    if len(text.encode()) > MAX_SPEC_ANNOTATION_BYTES:
+        data["code"] = ""
+        text = json.dumps(data, separators=(",", ":"))
+    return text
+
+
+def object_metadata(target: Target, spec: JobSpec) -> dict[str, Any]:
+    return {
+        "name": target.job_id,
+        "namespace": target.namespace,
+        "labels": job_labels(target.job_id, target.owner),
+        "annotations": job_annotations(spec, target.owner),
+    }
+
+
+def escape_env_value(value: str) -> str:
+    """A literal for a container's env: the kubelet expands `$(VAR)` in values, `$$` is `$`."""
+    return value.replace("$", "$$")
+
+
+def env_list(env: dict[str, str]) -> list[dict[str, Any]]:
+    return [{"name": name, "value": escape_env_value(value)} for name, value in env.items()]
+
+
+def base_env(spec: JobSpec, job_id: str) -> dict[str, str]:
+    """What every replica's container starts with, before per-replica and operator variables:
+    the same precedence as `replica_env` (PYTHONUNBUFFERED, then the user's env)."""
+    env = {"PYTHONUNBUFFERED": "1"}
+    env.update(spec.env)
+    env["DISTRUN_JOB_ID"] = job_id
+    return env
+
+
+def resources(res: Resources) -> dict[str, Any]:
+    """Requests equal limits: what the user asks for is what the replica gets."""
+    amounts: dict[str, str] = {}
+    if res.cpu is not None:
+        amounts["cpu"] = res.cpu
+    if res.memory is not None:
+        amounts["memory"] = res.memory
+    if res.gpu:
+        amounts[GPU_RESOURCE] = str(res.gpu)
+    if not amounts:
+        return {}
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def pod_spec_extras(options: ClusterOptions) -> dict[str, Any]:
+    """Pod-level settings from the operator's configuration."""
+    extras: dict[str, Any] = {}
+    if options.image_pull_secrets:
+        extras["imagePullSecrets"] = [{"name": name} for name in options.image_pull_secrets]
+    if options.service_account:
+        extras["serviceAccountName"] = options.service_account
+    if options.node_selector:
+        extras["nodeSelector"] = dict(options.node_selector)
+    if options.tolerations:
+        extras["tolerations"] = [dict(toleration) for toleration in options.tolerations]
+    return extras
+
+
+def queue(spec: JobSpec, options: ClusterOptions) -> str | None:
+    return spec.queue or options.default_queue
+
+
+def priority_class(spec: JobSpec, options: ClusterOptions) -> str | None:
+    return spec.priority_class or options.default_priority_class

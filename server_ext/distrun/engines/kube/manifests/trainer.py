@@ -1,0 +1,135 @@
+"""Kubeflow Trainer v2 (`trainer.kubeflow.org/v1alpha1`): a TrainJob against a named
+(Cluster)TrainingRuntime such as `torch-distributed`.
+
+Every runtime distrun knows runs one replicated job, `node`, of `numNodes` identical pods
+(Indexed Jobs under a JobSet), so the replicas are the spec's replicas in role order
+(`master-0` is node 0) and each finds itself through `JOB_COMPLETION_INDEX` and the shipped
+launcher. The code volume reaches the pods through a runtime patch (the v2.3.0 API's
+`runtimePatches`, the only way a TrainJob adds volumes).
+"""
+
+from typing import Any
+
+from distrun.core.entrypoint import argv
+from distrun.core.errors import SpecError
+from distrun.core.replica_env import replica_addresses
+from distrun.core.spec import JobSpec
+from distrun.engines.kube.manifests.common import (
+    ClusterOptions,
+    Target,
+    base_env,
+    env_list,
+    job_labels,
+    object_metadata,
+    pod_spec_extras,
+    resources,
+)
+from distrun.engines.kube.manifests.configmap import LAUNCHER_PATH, CodeBundle, code_bundle
+from distrun.engines.kube.manifests.replica_table import support_files
+
+API_VERSION = "trainer.kubeflow.org/v1alpha1"
+PLURAL = "trainjobs"
+REPLICATED_JOB = "node"  # constants.Node: the trainer's replicated job and container name
+TRAINER_PORT = 29500  # constants.ContainerTrainerPort
+INDEX_VARIABLE = "JOB_COMPLETION_INDEX"
+PATCH_MANAGER = "distrun.io/engine"
+LABEL_JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+LABEL_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+DEFAULT_RUNTIMES = {
+    "pytorch": "torch-distributed",
+    "jax": "jax-distributed",
+    "xgboost": "xgboost-distributed",
+}
+
+
+def node_host(job_id: str, node: int) -> str:
+    """A node's stable name: JobSet's `{jobset}-{replicatedJob}-{jobIndex}-{podIndex}.{subdomain}`
+    (torch.go writes PET_MASTER_ADDR as `{job}-node-0-0.{job}`)."""
+    return f"{job_id}-{REPLICATED_JOB}-0-{node}.{job_id}"
+
+
+def trainer_bundle(spec: JobSpec, target: Target) -> CodeBundle:
+    order = spec.replica_names()
+    addresses = replica_addresses(
+        spec,
+        host_for=lambda name: node_host(target.job_id, order.index(name)),
+        port_for=lambda _name: TRAINER_PORT,
+    )
+    support = support_files(
+        spec,
+        target.job_id,
+        index_variable=INDEX_VARIABLE,
+        groups={REPLICATED_JOB: order},
+        addresses=addresses,
+    )
+    return code_bundle(spec, target, support)
+
+
+def trainjob(
+    spec: JobSpec,
+    target: Target,
+    options: ClusterOptions,
+    code: CodeBundle,
+    *,
+    runtime: str,
+    runtime_kind: str = "ClusterTrainingRuntime",
+) -> dict[str, Any]:
+    if runtime_kind not in ("ClusterTrainingRuntime", "TrainingRuntime"):
+        raise SpecError(
+            f"runtime kind {runtime_kind!r} is neither ClusterTrainingRuntime nor TrainingRuntime"
+        )
+    trainer: dict[str, Any] = {
+        "image": options.image(spec),
+        "command": [options.python, LAUNCHER_PATH, *_user_argv(options, code)],
+        "numNodes": spec.replica_count,
+        "env": env_list({**base_env(spec, target.job_id), "DISTRUN_GROUP": REPLICATED_JOB}),
+    }
+    res = resources(_node_resources(spec))
+    if res:
+        trainer["resourcesPerNode"] = res
+    body: dict[str, Any] = {
+        "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": runtime_kind, "name": runtime},
+        "trainer": trainer,
+        "runtimePatches": [
+            {"manager": PATCH_MANAGER, "trainingRuntimeSpec": _patch(target, options, code)}
+        ],
+    }
+    if spec.active_deadline_seconds is not None:
+        body["activeDeadlineSeconds"] = spec.active_deadline_seconds
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "TrainJob",
+        "metadata": object_metadata(target, spec),
+        "spec": body,
+    }
+
+
+def _user_argv(options: ClusterOptions, code: CodeBundle) -> list[str]:
+    return argv(options.python, code.entrypoint)
+
+
+def _node_resources(spec: JobSpec) -> Any:
+    """Trainer v2 gives every node the same resources, so every role must ask for the same."""
+    distinct = {(r.resources.cpu, r.resources.memory, r.resources.gpu) for r in spec.roles.values()}
+    if len(distinct) > 1:
+        raise SpecError(
+            "Trainer v2 gives every node the same resources; ask for the same cpu, memory and "
+            f"gpu in every role ({', '.join(spec.roles)})",
+            field="roles",
+        )
+    return next(iter(spec.roles.values())).resources
+
+
+def _patch(target: Target, options: ClusterOptions, code: CodeBundle) -> dict[str, Any]:
+    pod_spec = {
+        "volumes": [code.volume],
+        "containers": [{"name": REPLICATED_JOB, "volumeMounts": [code.mount]}],
+        **pod_spec_extras(options),
+    }
+    pod_template = {
+        "metadata": {"labels": job_labels(target.job_id, target.owner)},
+        "spec": pod_spec,
+    }
+    replicated_job = {"name": REPLICATED_JOB, "template": {"spec": {"template": pod_template}}}
+    return {"template": {"spec": {"replicatedJobs": [replicated_job]}}}

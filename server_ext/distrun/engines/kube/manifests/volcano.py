@@ -1,0 +1,133 @@
+"""Volcano jobs (`batch.volcano.sh/v1alpha1` Job): one task per role, gang-scheduled.
+
+`minAvailable` is every replica (all or nothing, as parameter-server jobs need); the `env` and
+`svc` plugins give each pod `VC_TASK_INDEX` and a stable host name `{job}-{task}-{index}.{job}`;
+a failed or evicted pod restarts the whole job (up to `backoff_limit` times) and the chief or
+master task completing completes the job. Volcano injects no framework variables, and a task's
+template is shared by its replicas, so the shipped launcher sets each replica's variables
+(computed by `replica_env`, as for the local engine) from its task and `VC_TASK_INDEX`:
+one task per role as the plugins expect, no shell, and code that runs unchanged.
+"""
+
+from typing import Any
+
+from distrun.core.entrypoint import argv
+from distrun.core.frameworks import FRAMEWORKS
+from distrun.core.replica_env import replica_addresses, split_replica
+from distrun.core.spec import JobSpec
+from distrun.engines.kube.manifests.common import (
+    CODE_DIR,
+    ClusterOptions,
+    Target,
+    base_env,
+    env_list,
+    job_labels,
+    object_metadata,
+    pod_spec_extras,
+    priority_class,
+    queue,
+    resources,
+)
+from distrun.engines.kube.manifests.configmap import LAUNCHER_PATH, CodeBundle, code_bundle
+from distrun.engines.kube.manifests.replica_table import support_files
+
+API_VERSION = "batch.volcano.sh/v1alpha1"
+PLURAL = "jobs"
+SCHEDULER = "volcano"
+DEFAULT_QUEUE = "default"
+INDEX_VARIABLE = "VC_TASK_INDEX"
+LABEL_JOB_NAME = "volcano.sh/job-name"
+LABEL_TASK = "volcano.sh/task-spec"
+LABEL_TASK_INDEX = "volcano.sh/task-index"
+# The operator's "ExitCode" policy has no pod equivalent: the pod does not restart by itself.
+_POD_RESTART_POLICY = {
+    "Never": "Never",
+    "OnFailure": "OnFailure",
+    "Always": "Always",
+    "ExitCode": "Never",
+}
+
+
+def task_host(job_id: str, replica: str, spec: JobSpec) -> str:
+    role, index = split_replica(spec, replica)
+    return f"{job_id}-{role}-{index}.{job_id}"
+
+
+def volcano_bundle(spec: JobSpec, target: Target) -> CodeBundle:
+    port = FRAMEWORKS[spec.framework].default_port
+    addresses = replica_addresses(
+        spec,
+        host_for=lambda name: task_host(target.job_id, name, spec),
+        port_for=lambda _name: port,
+    )
+    groups = {role: [f"{role}-{i}" for i in range(rs.replicas)] for role, rs in spec.roles.items()}
+    support = support_files(
+        spec, target.job_id, index_variable=INDEX_VARIABLE, groups=groups, addresses=addresses
+    )
+    return code_bundle(spec, target, support)
+
+
+def volcano_job(
+    spec: JobSpec, target: Target, options: ClusterOptions, code: CodeBundle
+) -> dict[str, Any]:
+    framework = FRAMEWORKS[spec.framework]
+    tasks = []
+    for role in framework.role_names:  # the framework's order: chief/master first
+        if role not in spec.roles:
+            continue
+        task: dict[str, Any] = {
+            "name": role,
+            "replicas": spec.roles[role].replicas,
+            "template": _template(spec, target, options, code, role),
+        }
+        if role in framework.completion_roles:
+            task["policies"] = [{"event": "TaskCompleted", "action": "CompleteJob"}]
+        tasks.append(task)
+    body: dict[str, Any] = {
+        "schedulerName": SCHEDULER,
+        "minAvailable": spec.replica_count,
+        "queue": queue(spec, options) or DEFAULT_QUEUE,
+        "maxRetry": spec.backoff_limit,
+        "plugins": {"env": [], "svc": []},
+        "policies": [{"events": ["PodEvicted", "PodFailed"], "action": "RestartJob"}],
+        "tasks": tasks,
+    }
+    priority = priority_class(spec, options)
+    if priority:
+        body["priorityClassName"] = priority
+    if spec.ttl_seconds_after_finished is not None:
+        body["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Job",
+        "metadata": object_metadata(target, spec),
+        "spec": body,
+    }
+
+
+def _template(
+    spec: JobSpec, target: Target, options: ClusterOptions, code: CodeBundle, role: str
+) -> dict[str, Any]:
+    framework = FRAMEWORKS[spec.framework]
+    env = {**base_env(spec, target.job_id), "DISTRUN_ROLE": role, "DISTRUN_GROUP": role}
+    container: dict[str, Any] = {
+        "name": framework.container_name,
+        "image": options.image(spec),
+        "command": [options.python, LAUNCHER_PATH, *argv(options.python, code.entrypoint)],
+        "workingDir": CODE_DIR,
+        "env": env_list(env),
+        "ports": [{"name": framework.port_name[:15], "containerPort": framework.default_port}],
+        "volumeMounts": [code.mount],
+    }
+    res = resources(spec.roles[role].resources)
+    if res:
+        container["resources"] = res
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": _POD_RESTART_POLICY[spec.restart_policy],
+        "containers": [container],
+        "volumes": [code.volume],
+        **pod_spec_extras(options),
+    }
+    if spec.active_deadline_seconds is not None:
+        pod_spec["activeDeadlineSeconds"] = spec.active_deadline_seconds
+    return {"metadata": {"labels": job_labels(target.job_id, target.owner)}, "spec": pod_spec}

@@ -1,0 +1,85 @@
+"""The Kubeflow Trainer v2 engine: a TrainJob against a (Cluster)TrainingRuntime per framework
+(`torch-distributed` for PyTorch). Trainer builds a JobSet whose Indexed Job runs the nodes;
+node i is the spec's i-th replica in role order, so `master-0` is node 0."""
+
+from typing import Any
+
+from distrun.core.errors import SpecError
+from distrun.core.job import JobState
+from distrun.core.spec import JobSpec
+from distrun.engines.kube.client import Obj, Resource
+from distrun.engines.kube.engine import KubeEngine, Phase, conditions_phase
+from distrun.engines.kube.manifests.common import Target
+from distrun.engines.kube.manifests.configmap import CodeBundle
+from distrun.engines.kube.manifests.trainer import (
+    DEFAULT_RUNTIMES,
+    LABEL_COMPLETION_INDEX,
+    LABEL_JOBSET_NAME,
+    LABEL_REPLICATED_JOB,
+    PLURAL,
+    REPLICATED_JOB,
+    trainer_bundle,
+    trainjob,
+)
+
+_TERMINAL = {"Complete": JobState.SUCCEEDED, "Failed": JobState.FAILED}
+
+
+class TrainerEngine(KubeEngine):
+    name = "trainer"
+    description = "Kubeflow Trainer v2 TrainJobs against a training runtime."
+    operator = "Kubeflow Trainer v2 and its training runtimes"
+    kinds = ("TrainJob",)
+    resources = (Resource("trainer.kubeflow.org", "v1alpha1", PLURAL),)
+
+    def __init__(
+        self,
+        *,
+        runtimes: dict[str, str] | None = None,
+        runtime_kind: str = "ClusterTrainingRuntime",
+        **kwargs: Any,
+    ) -> None:
+        """`runtimes` maps a framework to the runtime its jobs use (default: torch-distributed,
+        jax-distributed, xgboost-distributed); `runtime_kind` is ClusterTrainingRuntime or
+        TrainingRuntime (namespaced). Other arguments as for every Kubernetes engine."""
+        super().__init__(**kwargs)
+        self.runtimes = dict(DEFAULT_RUNTIMES if runtimes is None else runtimes)
+        self.runtime_kind = runtime_kind
+
+    def build(self, spec: JobSpec, target: Target) -> tuple[Obj, CodeBundle]:
+        runtime = self.runtimes.get(spec.framework)
+        if runtime is None:
+            raise SpecError(
+                f"this server has no Trainer runtime for {spec.framework}; frameworks with one: "
+                f"{', '.join(sorted(self.runtimes)) or 'none'}",
+                field="framework",
+            )
+        bundle = trainer_bundle(spec, target)
+        job = trainjob(
+            spec, target, self.options, bundle, runtime=runtime, runtime_kind=self.runtime_kind
+        )
+        return job, bundle
+
+    def pod_selector(self, job_id: str) -> str:
+        return f"{LABEL_JOBSET_NAME}={job_id},{LABEL_REPLICATED_JOB}={REPLICATED_JOB}"
+
+    def replica_of(self, pod: Obj, spec: JobSpec) -> str | None:
+        meta = pod["metadata"]
+        index = (meta.get("labels") or {}).get(LABEL_COMPLETION_INDEX) or (
+            meta.get("annotations") or {}
+        ).get(LABEL_COMPLETION_INDEX, "")
+        names = spec.replica_names()
+        return names[int(index)] if index.isdigit() and int(index) < len(names) else None
+
+    def container_name(self, spec: JobSpec) -> str:
+        return REPLICATED_JOB
+
+    def phase(self, obj: Obj) -> Phase:
+        phase = conditions_phase(obj, _TERMINAL, ())
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        suspended = any(
+            c.get("type") == "Suspended" and c.get("status") == "True" for c in conditions
+        )
+        if phase.state is None and suspended:
+            return Phase(JobState.PENDING, "suspended", phase.started_at)
+        return phase

@@ -1,0 +1,791 @@
+"""The local engine: every replica is a process on this machine, no cluster needed.
+
+Each job lives in `<state_dir>/jobs/<job_id>/` (see `supervisor.JobFiles`) and is run by its
+own detached supervisor process; this engine writes the job directory, starts the supervisor,
+and afterwards answers only from the files, so jobs and logs outlive a server restart. File
+work runs in threads: nothing here blocks the event loop for longer than a `stat`, except the
+small read of lines just written (page cache) that followers at the live edge share.
+"""
+
+import asyncio
+import base64
+import contextlib
+import contextvars
+import heapq
+import itertools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from distrun.core import jobids
+from distrun.core.entrypoint import code_file
+from distrun.core.errors import EngineError, LimitExceeded, NotFound, SpecError
+from distrun.core.job import Job, JobState
+from distrun.core.logs import Cursor, JobUpdate, LogBatch, LogEvent, LogLine
+from distrun.core.spec import JobSpec, Limits, check_relative_path
+from distrun.engines.cursors import selected_replicas, start_seqs
+from distrun.engines.local import inotify
+from distrun.engines.local.jobdir import (
+    JobFiles,
+    JobStatus,
+    Runtime,
+    read_json,
+    stored_spec,
+    write_json_atomic,
+)
+from distrun.engines.local.logstore import (
+    DEFAULT_MAX_READ_BYTES,
+    LogReader,
+    LogTail,
+    TailPosition,
+    log_path,
+)
+from distrun.engines.local.processes import kill_job_processes, process_start_time
+from distrun.engines.protocol import EngineInfo
+
+LOST_REASON = "lost: the supervisor process died (was the machine restarted?)"
+# How long a job directory may exist without a recorded supervisor (a submit in progress).
+_LAUNCH_WINDOW_SECONDS = 30.0
+_FAST_POLL = 0.005
+_SLOW_POLL = 0.05
+_LOST_CHECK_SECONDS = 1.0
+# Wakes of followed jobs per second, all jobs together: with many jobs each is woken less often
+# and its followers read bigger batches, within the latency bound.
+_WAKES_PER_SECOND = 500
+_MAX_WAKE_GAP = 0.1
+# A shared read that returned at most this many lines leaves the head at the live edge, where
+# the next read is done on the event loop, of at most this many bytes.
+_LIVE_EDGE_LINES = 256
+_INLINE_READ_BYTES = 64 * 1024
+# Shared batches a job's watcher keeps for followers a little behind the head (bounded memory).
+_SHARED_BATCHES = 4
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
+# Runs the supervisor with this copy of distrun importable, whether or not it is installed.
+_LAUNCHER = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from distrun.engines.local.supervisor import main; sys.exit(main(sys.argv[2:]))"
+)
+
+
+class LocalEngine:
+    name = "local"
+
+    def __init__(
+        self,
+        state_dir: Path,
+        limits: Limits,
+        python: str = sys.executable,
+        grace_seconds: float = 5.0,
+        nice: int = 10,
+    ) -> None:
+        self.limits = limits
+        self.python = python
+        self.grace_seconds = grace_seconds
+        # Replicas share this machine with the server: run them below it (0: beside it).
+        self.nice = nice
+        self._jobs_dir = Path(state_dir) / "jobs"
+        self._submit_lock = asyncio.Lock()
+        self._watchers: dict[str, _JobWatcher] = {}
+        # One descriptor for the engine's life (None: poll instead), read once a job is followed.
+        self._inotify_instance = inotify.Inotify.create()
+        # wd -> (handler, whether the watch is one-shot, gone after its first event)
+        self._inotify_handlers: dict[int, tuple[Callable[[int, int], None], bool]] = {}
+
+    async def info(self) -> EngineInfo:
+        unsupported = unsupported_platform_reason()
+        return EngineInfo(
+            name=self.name,
+            description="Runs every replica as a process on the Jupyter server's own machine.",
+            available=unsupported is None,
+            reason=unsupported,
+            options={"python": self.python, "nice": self.nice},
+        )
+
+    async def submit(self, spec: JobSpec, owner: str) -> Job:
+        unsupported = unsupported_platform_reason()
+        if unsupported is not None:
+            raise EngineError(unsupported)
+        async with self._submit_lock:  # the unfinished-job count must not race
+            unfinished = [job for job in await self.list_jobs(owner) if not job.state.terminal]
+            if len(unfinished) >= self.limits.max_jobs_per_user:
+                raise LimitExceeded(
+                    f"you have {len(unfinished)} unfinished jobs, the limit is "
+                    f"{self.limits.max_jobs_per_user}; cancel or wait for one first"
+                )
+            files = await asyncio.to_thread(self._create_job_dir, spec, owner)
+        await asyncio.to_thread(self._launch, files)
+        return await self.get_job(files.dir.name, owner)
+
+    async def list_jobs(self, owner: str) -> list[Job]:
+        return await asyncio.to_thread(self._list_jobs, owner)
+
+    async def get_job(self, job_id: str, owner: str) -> Job:
+        return await asyncio.to_thread(self._load_job, job_id, owner)
+
+    async def cancel(self, job_id: str, owner: str) -> Job:
+        await asyncio.to_thread(self._cancel, job_id, owner)
+        return await self.get_job(job_id, owner)
+
+    async def delete(self, job_id: str, owner: str) -> None:
+        await asyncio.to_thread(self._cancel, job_id, owner)
+        files = self._files(job_id)
+        await asyncio.to_thread(shutil.rmtree, files.dir, ignore_errors=True)
+
+    async def read_logs(
+        self,
+        job_id: str,
+        owner: str,
+        *,
+        since: Cursor | None = None,
+        replicas: set[str] | None = None,
+        limit: int = 10_000,
+    ) -> list[LogLine]:
+        if limit < 1:
+            raise SpecError(f"limit must be at least 1, not {limit}", field="limit")
+        job = await self.get_job(job_id, owner)
+        names = selected_replicas(job.id, [r.name for r in job.replicas], replicas)
+        starts = start_seqs(names, since)
+        return await asyncio.to_thread(self._read_logs, self._files(job_id), starts, limit)
+
+    async def follow(
+        self,
+        job_id: str,
+        owner: str,
+        *,
+        since: Cursor | None = None,
+        replicas: set[str] | None = None,
+        max_batch: int = 5_000,
+    ) -> AsyncIterator[LogEvent]:
+        if max_batch < 1:
+            raise SpecError(f"max_batch must be at least 1, not {max_batch}", field="max_batch")
+        # Swapped for the watcher's job (shared by all its followers) as soon as they differ.
+        sent = await self.get_job(job_id, owner)
+        names = selected_replicas(sent.id, [r.name for r in sent.replicas], replicas)
+        log_dir = self._files(job_id).logs  # not all the job's paths: this frame lives long
+        readers = [LogReader(log_dir, name) for name in names]
+        starts = start_seqs(names, since)
+        watcher = self._watch(job_id, sent)
+        follower = _Follower(watcher, readers, starts, max_batch)
+        try:
+            yield JobUpdate(sent)
+            while True:
+                version = watcher.version
+                if watcher.job is not sent:
+                    sent = watcher.job
+                    yield JobUpdate(sent)
+                batch, settled = await follower.next_batch()
+                if batch.lines:
+                    yield batch
+                elif settled:
+                    return
+                else:
+                    await watcher.wait_for_change(version)
+        finally:
+            self._unwatch(job_id)
+            _close_after(follower.reading, readers)
+
+    async def close(self) -> None:
+        for watcher in self._watchers.values():
+            watcher.stop()
+        self._watchers.clear()
+        if self._inotify_instance is not None:
+            self._inotify_instance.close()
+            self._inotify_instance = None
+        self._inotify_handlers.clear()
+
+    # --- the job directory ---
+
+    def _files(self, job_id: str) -> JobFiles:
+        return JobFiles(self._jobs_dir / jobids.check_job_id(job_id))
+
+    def _create_job_dir(self, spec: JobSpec, owner: str) -> JobFiles:
+        entrypoint, code = code_file(spec.code)
+        if entrypoint in spec.files:
+            raise SpecError(f"a shipped file cannot be named {entrypoint}", field="files")
+        self._jobs_dir.mkdir(parents=True, exist_ok=True)
+        files = self._new_job_dir(spec.name)
+        try:
+            files.code.mkdir()
+            for path, content in spec.files.items():
+                target = files.code / check_relative_path(path)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(base64.b64decode(content))
+            (files.code / entrypoint).write_text(code)
+        except OSError as error:
+            shutil.rmtree(files.dir, ignore_errors=True)
+            raise SpecError(
+                f"the shipped files cannot be written: {error}", field="files"
+            ) from None
+        runtime = Runtime(
+            self.python, entrypoint, self.grace_seconds, self.limits.max_log_line_bytes, self.nice
+        )
+        job = {
+            "id": files.dir.name,
+            "owner": owner,
+            "created_at": time.time(),
+            "spec": spec.to_dict(),
+            "runtime": asdict(runtime),
+        }
+        write_json_atomic(files.status, JobStatus.pending(spec).to_json())
+        write_json_atomic(files.job, job)  # last: a job.json means a complete directory
+        return files
+
+    def _new_job_dir(self, name: str) -> JobFiles:
+        for _ in range(20):
+            job_dir = self._jobs_dir / jobids.new_job_id(name)
+            try:
+                job_dir.mkdir()
+            except FileExistsError:
+                continue
+            return JobFiles(job_dir)
+        raise EngineError("could not find a free job id; try again")
+
+    def _launch(self, files: JobFiles) -> None:
+        try:
+            with open(files.supervisor_log, "ab") as log:
+                process = subprocess.Popen(
+                    # -S: no site-packages (it needs none), a faster start.
+                    [sys.executable, "-S", "-c", _LAUNCHER, _PACKAGE_PARENT, str(files.dir)],
+                    cwd=files.dir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,  # detached: it outlives this server
+                )
+        except OSError as error:
+            self._settle(files, JobState.FAILED, f"could not start the supervisor: {error}")
+            raise EngineError(f"could not start the job's supervisor: {error}") from None
+        started = process_start_time(process.pid)
+        write_json_atomic(files.supervisor, {"pid": process.pid, "start_time": started})
+        # Reap it when it ends, so it never lingers as a zombie of this server.
+        threading.Thread(target=process.wait, name=f"reap-{process.pid}", daemon=True).start()
+
+    # --- reading state ---
+
+    def _list_jobs(self, owner: str) -> list[Job]:
+        if not self._jobs_dir.is_dir():
+            return []
+        jobs = []
+        for job_dir in self._jobs_dir.iterdir():
+            with contextlib.suppress(NotFound):
+                jobs.append(self._load_job(job_dir.name, owner))
+        return sorted(jobs, key=lambda job: job.created_at, reverse=True)
+
+    def _load_job(self, job_id: str, owner: str) -> Job:
+        return self._snapshot(job_id, owner)[0]
+
+    def _snapshot(self, job_id: str, owner: str) -> tuple[Job, JobStatus]:
+        files = self._files(job_id)
+        job = self._read_job_json(files, owner)
+        status = self._current_status(files, job)
+        return _to_job(job, status), status
+
+    def _read_job_json(self, files: JobFiles, owner: str) -> dict[str, Any]:
+        try:
+            job = read_json(files.job)
+        except (OSError, ValueError, TypeError):
+            job = {}
+        if job.get("owner") != owner:  # the same answer as for a job that does not exist
+            raise NotFound(f"no job {files.dir.name!r}")
+        return job
+
+    def _current_status(self, files: JobFiles, job: dict[str, Any]) -> JobStatus:
+        """status.json, settled as lost if it says unfinished but its supervisor is dead."""
+        status = _read_status(files, job)
+        if status.finalized or self._supervisor_alive(files, job):
+            return status
+        status = _read_status(files, job)  # it may have finished just before it exited
+        if status.finalized:
+            return status
+        if status.state.terminal:
+            return self._settle(files, status.state, status.reason)
+        return self._settle(files, JobState.FAILED, LOST_REASON)
+
+    def _supervisor_alive(self, files: JobFiles, job: dict[str, Any]) -> bool:
+        try:
+            supervisor = read_json(files.supervisor)
+        except (OSError, ValueError, TypeError):
+            return bool(time.time() - job["created_at"] < _LAUNCH_WINDOW_SECONDS)
+        started = supervisor["start_time"]  # None: it had ended before it was recorded
+        return started is not None and process_start_time(supervisor["pid"]) == started
+
+    def _settle(self, files: JobFiles, state: JobState, reason: str | None) -> JobStatus:
+        """Finishes a job whose supervisor is gone: kills whatever is left of its processes
+        (its replicas died with the supervisor, not always their children) and records the
+        outcome."""
+        job = read_json(files.job)
+        status = _read_status(files, job)
+        # Found by their DISTRUN_JOB_ID, not by recorded group ids, which may have been reused.
+        kill_job_processes(job["id"])
+        now = time.time()
+        if not status.state.terminal:
+            status.state, status.reason, status.finished_at = state, reason, now
+        for replica in status.replicas:
+            if not replica.state.terminal:
+                replica.state = state
+                replica.reason = reason
+                replica.finished_at = now
+        status.finalized = True
+        write_json_atomic(files.status, status.to_json())
+        return status
+
+    # --- cancelling ---
+
+    def _cancel(self, job_id: str, owner: str) -> None:
+        files = self._files(job_id)
+        job = self._read_job_json(files, owner)
+        if self._current_status(files, job).finalized:
+            return
+        deadline = time.monotonic() + self.grace_seconds + 10
+        self._signal_supervisor(files, signal.SIGTERM)
+        while self._supervisor_alive(files, job) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if self._supervisor_alive(files, job):  # stuck: its replicas die with it
+            self._signal_supervisor(files, signal.SIGKILL)
+        status = _read_status(files, job)
+        if not status.finalized:
+            self._settle(files, JobState.CANCELLED, "cancelled by the user")
+
+    def _signal_supervisor(self, files: JobFiles, signum: int) -> None:
+        try:
+            supervisor = read_json(files.supervisor)
+            pidfd = os.pidfd_open(supervisor["pid"])
+        except (OSError, ValueError, TypeError):
+            return
+        try:
+            # Through a pidfd checked against the recorded start time: a reused pid is safe.
+            if process_start_time(supervisor["pid"]) == supervisor["start_time"]:
+                signal.pidfd_send_signal(pidfd, signum)
+        except ProcessLookupError:
+            pass
+        finally:
+            os.close(pidfd)
+
+    # --- logs ---
+
+    def _read_logs(self, files: JobFiles, starts: dict[str, int], limit: int) -> list[LogLine]:
+        per_replica = []
+        for name, seq in starts.items():
+            reader = LogReader(files.logs, name)
+            per_replica.append(reader.read(seq, limit))
+            reader.close()
+        merged = heapq.merge(*per_replica, key=lambda line: line.time)
+        return list(itertools.islice(merged, limit))
+
+    def _watch(self, job_id: str, job: Job) -> "_JobWatcher":
+        watcher = self._watchers.get(job_id)
+        if watcher is None:
+            # The watcher serves every follower of the job, so its tasks and callbacks must not
+            # carry the first follower's context: jupyter_server's CallContext in it holds that
+            # follower's request handler, which would live as long as the watcher.
+            watcher = contextvars.Context().run(_JobWatcher, self, job_id, job)
+            self._watchers[job_id] = watcher
+        watcher.followers += 1
+        return watcher
+
+    def _wake_gap(self) -> float:
+        return min(_MAX_WAKE_GAP, len(self._watchers) / _WAKES_PER_SECOND)
+
+    def _inotify(self) -> inotify.Inotify | None:
+        """The engine's inotify instance, read on the running loop (None: poll instead)."""
+        if self._inotify_instance is not None:
+            self._inotify_instance.listen(self._on_inotify_events)
+        return self._inotify_instance
+
+    def _watch_inotify(
+        self, path: str, mask: int, handler: Callable[[int, int], None]
+    ) -> int | None:
+        """A watch whose events go to `handler(wd, mask)`; None if the path cannot be watched."""
+        if self._inotify_instance is None:
+            return None
+        try:
+            wd = self._inotify_instance.add_watch(path, mask)
+        except OSError:
+            return None
+        self._inotify_handlers[wd] = (handler, bool(mask & inotify.IN_ONESHOT))
+        return wd
+
+    def _unwatch_inotify(self, wd: int) -> None:
+        if self._inotify_handlers.pop(wd, None) is not None and self._inotify_instance:
+            self._inotify_instance.remove_watch(wd)
+
+    def _on_inotify_events(self, events: inotify.Events) -> None:
+        if inotify.OVERFLOW_WD in events:  # events were dropped: tell everyone
+            events = dict.fromkeys(self._inotify_handlers, inotify.IN_MODIFY)
+        for wd, mask in events.items():
+            entry = self._inotify_handlers.get(wd)
+            if entry is None:
+                continue
+            handler, oneshot = entry
+            if oneshot or mask & inotify.IN_IGNORED:  # the kernel dropped the watch
+                del self._inotify_handlers[wd]
+            handler(wd, mask)
+
+    def _unwatch(self, job_id: str) -> None:
+        watcher = self._watchers.get(job_id)
+        if watcher is None:
+            return
+        watcher.followers -= 1
+        if watcher.followers == 0:
+            watcher.stop()
+            del self._watchers[job_id]
+
+
+class _JobWatcher:
+    """Watches one followed job for all its followers and wakes them on any change: through
+    inotify (a one-shot watch on its log directory, re-armed at each wake, and a watch on its
+    directory for status.json) where the engine has it, else by polling the files' sizes. Its
+    followers read at their own pace, sharing the reads of those at the head, so a slow one
+    holds nothing up. Wakes of one job are at least `LocalEngine._wake_gap()` apart: many
+    lines written close together reach followers in one batch."""
+
+    def __init__(self, engine: LocalEngine, job_id: str, job: Job) -> None:
+        self.job = job
+        self.settled = False  # finalized: status and logs will not change any more
+        self.version = 0
+        self.followers = 0
+        self.stopped = False  # the engine closed: its followers must not wait any more
+        self._engine = engine
+        self._job_id = job_id
+        self._files = engine._files(job_id)
+        # Stat'ed many times a second per followed job: plain strings, no directory listing.
+        self._status_path = str(self._files.status)
+        self._log_paths = [str(log_path(self._files.logs, r.name)) for r in job.replicas]
+        self._changed = asyncio.Event()
+        # Shared reading: followers of every replica at the same cursor take the same batch.
+        self.names = [replica.name for replica in job.replicas]
+        self.head: tuple[int, ...] | None = None  # the cursor after the newest shared batch
+        self.max_batch = 0
+        self.recent: deque[_SharedBatch] = deque(maxlen=_SHARED_BATCHES)
+        self._readers = [LogReader(self._files.logs, name) for name in self.names]
+        self._tails: list[LogTail] = []
+        self._reading: asyncio.Task[_SharedBatch] | None = None
+        self._live = False  # the last shared read was small: the next one is read inline
+        # Change notification.
+        self._loop = asyncio.get_running_loop()
+        self._status_changed = asyncio.Event()
+        self._wake_handle: asyncio.TimerHandle | None = None
+        self._last_wake = 0.0
+        self._dir_wd: int | None = None
+        self._logs_wd: int | None = None
+        self._inotify = engine._inotify()
+        if self._inotify is not None and self._watch_dir():
+            self._arm_logs()
+            self._task = self._loop.create_task(self._watch_status())
+        else:
+            self._task = self._loop.create_task(self._poll())
+
+    async def wait_for_change(self, version: int) -> None:
+        while self.version == version and not self.settled:
+            if self.stopped:
+                # Ending quietly would tell the reader it has every line; it has not.
+                raise EngineError(
+                    f"the server stopped following job {self._job_id}; reconnect to resume"
+                )
+            await self._changed.wait()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self._task.cancel()
+        if self._wake_handle is not None:
+            self._wake_handle.cancel()
+        for wd in (self._dir_wd, self._logs_wd):
+            if wd is not None:
+                self._engine._unwatch_inotify(wd)
+        self._dir_wd = self._logs_wd = None
+        self._notify()  # wake the followers: nothing will wake them any more
+        _close_after(self._reading, self._readers)
+
+    # --- inotify ---
+
+    def _watch_dir(self) -> bool:
+        """Watches the job directory (status.json replaced, logs/ created, the job deleted)."""
+        mask = inotify.IN_MOVED_TO | inotify.IN_CREATE | inotify.IN_DELETE_SELF
+        self._dir_wd = self._engine._watch_inotify(str(self._files.dir), mask, self._on_dir_event)
+        return self._dir_wd is not None
+
+    def _arm_logs(self) -> None:
+        """(Re-)arms the one-shot watch on logs/; a missing logs/ is watched once it appears."""
+        if self.stopped:
+            return
+        mask = inotify.IN_MODIFY | inotify.IN_CREATE | inotify.IN_ONESHOT
+        self._logs_wd = self._engine._watch_inotify(
+            str(self._files.logs), mask, self._on_logs_event
+        )
+
+    def _on_logs_event(self, wd: int, mask: int) -> None:
+        if wd == self._logs_wd:
+            self._logs_wd = None  # the one-shot fired: re-armed at the wake
+        if mask & ~inotify.IN_IGNORED:
+            self._schedule_wake()
+
+    def _on_dir_event(self, wd: int, mask: int) -> None:
+        if self._logs_wd is None and self._wake_handle is None:
+            self._schedule_wake()  # logs/ may have just appeared
+        self._status_changed.set()
+
+    def _schedule_wake(self) -> None:
+        if self._wake_handle is not None or self.stopped:
+            return
+        delay = self._last_wake + self._engine._wake_gap() - self._loop.time()
+        self._wake_handle = self._loop.call_at(self._loop.time() + max(0.0, delay), self._wake)
+
+    def _wake(self) -> None:
+        self._wake_handle = None
+        self._last_wake = self._loop.time()
+        self._arm_logs()  # before the followers read: a later write fires it again
+        self._notify()
+
+    async def _watch_status(self) -> None:
+        """Refreshes the status on each change of the job directory, and every
+        `_LOST_CHECK_SECONDS` anyway, to notice a supervisor that died."""
+        try:
+            while not self.settled:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._status_changed.wait(), _LOST_CHECK_SECONDS)
+                self._status_changed.clear()
+                await self._refresh_status()
+        except NotFound:  # deleted while followed: nothing more will come
+            self.settled = True
+        self._notify()
+
+    def shares_with(self, names: list[str], max_batch: int) -> bool:
+        return not self.stopped and names == self.names and self.max_batch in (0, max_batch)
+
+    def shared_from(self, cursor: tuple[int, ...]) -> "_SharedBatch | None":
+        for shared in reversed(self.recent):
+            if shared.starts == cursor:
+                return shared
+        return None
+
+    async def read_shared(
+        self, positions: tuple[TailPosition, ...], max_batch: int
+    ) -> "_SharedBatch":
+        """The batch after the head, read once for every follower there. The first follower
+        sets the head where it stands; callers must be at the head."""
+        if self.head is None:
+            self._tails = [r.tail_at(p) for r, p in zip(self._readers, positions, strict=True)]
+            self.head = tuple(position.next_seq for position in positions)
+            self.max_batch = max_batch
+        if self._reading is None:
+            # Shared by all the followers at the head: none's context (see LocalEngine._watch).
+            self._reading = asyncio.get_running_loop().create_task(
+                self._read_shared(), context=contextvars.Context()
+            )
+        return await asyncio.shield(self._reading)  # cancelled here, the read runs on
+
+    async def _read_shared(self) -> "_SharedBatch":
+        assert self.head is not None
+        try:
+            settled = self.settled  # read before the logs: then empty means the end
+            if self._live:
+                # At the live edge the new lines were just written: a small read of the page
+                # cache, cheaper here than the hand-off to a thread and back.
+                lines = _read_batch(self._tails, self.max_batch, max_bytes=_INLINE_READ_BYTES)
+            else:
+                lines = await asyncio.to_thread(_read_batch, self._tails, self.max_batch)
+            self._live = len(lines) <= _LIVE_EDGE_LINES
+            ends = tuple(tail.position for tail in self._tails)
+            shared = _SharedBatch(self.head, LogBatch(lines), ends, settled)
+            self.head = shared.end_seqs
+            if lines:
+                self.recent.append(shared)
+            return shared
+        finally:
+            self._reading = None
+
+    # --- polling, where inotify is not available ---
+
+    async def _poll(self) -> None:
+        interval = _FAST_POLL
+        last_logs: tuple[object, ...] = ()
+        last_status: object = None
+        last_status_check = time.monotonic()
+        try:
+            while not self.settled:
+                status, logs = self._stat()
+                now = time.monotonic()
+                if status != last_status or now - last_status_check > _LOST_CHECK_SECONDS:
+                    last_status, last_status_check = status, now
+                    await self._refresh_status()
+                if logs != last_logs:
+                    last_logs = logs
+                    self._notify()
+                    interval = _FAST_POLL
+                else:
+                    interval = min(interval * 2, _SLOW_POLL)
+                await asyncio.sleep(interval)
+        except NotFound:  # deleted while followed: nothing more will come
+            self.settled = True
+        self._notify()
+
+    async def _refresh_status(self) -> None:
+        job, status = await asyncio.to_thread(self._engine._snapshot, self._job_id, self.job.owner)
+        if job != self.job or status.finalized:
+            self.job = job
+            self.settled = status.finalized
+            self._notify()
+
+    def _stat(self) -> tuple[object, tuple[object, ...]]:
+        """Cheap fingerprints of status.json and of every log; `stat` does not block for long."""
+        return _fingerprint(self._status_path), tuple(map(_fingerprint, self._log_paths))
+
+    def _notify(self) -> None:
+        self.version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+
+def unsupported_platform_reason() -> str | None:
+    """Why this machine cannot run the local engine, or None. Its supervisor owns replicas
+    through Linux's pidfds, /proc and PR_SET_PDEATHSIG (Linux 5.3 or later)."""
+    if sys.platform.startswith("linux") and hasattr(os, "pidfd_open"):
+        return None
+    return (
+        f"the local engine runs on Linux only (5.3 or later) and this server runs on "
+        f"{sys.platform}: use a Kubernetes engine, or run JupyterLab in a Linux container"
+    )
+
+
+def _fingerprint(path: str) -> object:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass(frozen=True)
+class _SharedBatch:
+    starts: tuple[int, ...]  # each replica's next seq before the batch (the watcher's order)
+    batch: LogBatch
+    ends: tuple[TailPosition, ...]  # each replica's position after it
+    settled: bool  # the job was settled before the read: an empty batch means the end
+
+    @property
+    def end_seqs(self) -> tuple[int, ...]:
+        return tuple(position.next_seq for position in self.ends)
+
+
+class _Follower:
+    """One reader of a job's logs. At the watcher's head it takes the batch the watcher reads
+    once for all followers there (so they share reading, parsing and, in the websocket, the
+    encoding of the very same batch object); behind the head it catches up with reads of its
+    own that stop at the head; anywhere else (a subset of replicas, a cursor ahead of the
+    head) it reads on its own."""
+
+    def __init__(
+        self,
+        watcher: "_JobWatcher",
+        readers: list[LogReader],
+        starts: dict[str, int],
+        max_batch: int,
+    ) -> None:
+        self.watcher = watcher
+        self.readers = readers
+        self.positions = tuple(reader.tail(starts[reader.replica]).position for reader in readers)
+        self.cursor = tuple(position.next_seq for position in self.positions)
+        self.max_batch = max_batch
+        self.reading: asyncio.Task[list[LogLine]] | None = None
+        self._shares = watcher.shares_with([r.replica for r in readers], max_batch)
+
+    async def next_batch(self) -> tuple[LogBatch, bool]:
+        """New lines (maybe none), and whether the job was settled before they were read."""
+        watcher = self.watcher
+        if self._shares and watcher.shares_with(watcher.names, self.max_batch):
+            shared = watcher.shared_from(self.cursor)
+            if shared is None and watcher.head in (None, self.cursor):
+                shared = await watcher.read_shared(self.positions, self.max_batch)
+            if shared is not None:
+                self.positions, self.cursor = shared.ends, shared.end_seqs
+                return shared.batch, shared.settled
+            head = watcher.head
+            if head is not None and all(map(int.__le__, self.cursor, head)):
+                limits = [end - seq for end, seq in zip(head, self.cursor, strict=True)]
+                return LogBatch(await self._read_own(limits)), False
+        settled = watcher.settled  # read before the logs: then empty means the end
+        return LogBatch(await self._read_own(None)), settled
+
+    async def _read_own(self, limits: list[int] | None) -> list[LogLine]:
+        tails = [r.tail_at(p) for r, p in zip(self.readers, self.positions, strict=True)]
+        self.reading = asyncio.create_task(
+            asyncio.to_thread(_read_batch, tails, self.max_batch, limits)
+        )
+        lines = await asyncio.shield(self.reading)  # cancelled here, the read runs on
+        self.positions = tuple(tail.position for tail in tails)
+        self.cursor = tuple(position.next_seq for position in self.positions)
+        return lines
+
+
+def _close_after(read: "asyncio.Task[Any] | None", readers: list[LogReader]) -> None:
+    """Closes the readers, but only once a read still running in its thread (its follower was
+    cancelled mid-read) is over: closed under it, the read would reopen a log and leak it."""
+
+    def close(_: object = None) -> None:
+        if read is not None and not read.cancelled():
+            read.exception()  # retrieved: a failed read of an abandoned follower is no news
+        for reader in readers:
+            reader.close()
+
+    if read is None or read.done():
+        close()
+    else:
+        read.add_done_callback(close)
+
+
+def _read_batch(
+    tails: list[LogTail],
+    max_batch: int,
+    limits: list[int] | None = None,
+    max_bytes: int = DEFAULT_MAX_READ_BYTES,
+) -> list[LogLine]:
+    """Up to about `max_batch` new lines and `max_bytes` bytes, shared fairly among replicas,
+    in capture order; at most `limits[i]` from `tails[i]` when given."""
+    quota = max(1, max_batch // len(tails)) if tails else 0
+    byte_quota = max(1, max_bytes // len(tails)) if tails else 0
+    lines: list[LogLine] = []
+    for index, tail in enumerate(tails):
+        wanted = quota if limits is None else min(quota, limits[index])
+        if wanted > 0:
+            lines += tail.read(wanted, byte_quota)
+    lines.sort(key=lambda line: line.time)  # stable: each replica keeps its seq order
+    return lines
+
+
+def _read_status(files: JobFiles, job: dict[str, Any]) -> JobStatus:
+    try:
+        return JobStatus.from_json(read_json(files.status))
+    except FileNotFoundError:
+        return JobStatus.pending(stored_spec(job))
+
+
+def _to_job(job: dict[str, Any], status: JobStatus) -> Job:
+    spec = stored_spec(job)
+    reason = status.reason
+    if status.state == JobState.PENDING and reason is None:
+        reason = "starting the replicas"
+    return Job(
+        id=job["id"],
+        name=spec.name,
+        owner=job["owner"],
+        engine=LocalEngine.name,
+        framework=spec.framework,
+        state=status.state,
+        created_at=job["created_at"],
+        replicas=status.replicas,
+        spec=spec,
+        started_at=status.started_at,
+        finished_at=status.finished_at,
+        reason=reason,
+        failed_replica=status.failed_replica,
+        last_lines=status.last_lines,
+    )

@@ -1,0 +1,70 @@
+"""A job as its supervisor starts it, before any event loop: every replica's environment built
+and the replicas started. Kept to what starting them needs, so they start before asyncio and
+the rest of the supervisor are imported."""
+
+import os
+import socket
+import time
+
+from distrun.core.replica_env import Address, Addresses, mpi_hostfile, replica_env
+from distrun.engines.local.jobdir import JobFiles, Runtime, read_json, stored_spec
+from distrun.engines.local.processes import Spawned, lower_priority, spawn_replica
+
+
+class Launch:
+    """The job as its supervisor starts it, before any event loop: the job read, every
+    replica's environment built, and `start()` starting the replicas (in order, stopping at
+    the first that cannot start)."""
+
+    def __init__(self, files: JobFiles) -> None:
+        self.files = files
+        job = read_json(files.job)
+        self.job_id: str = job["id"]
+        self.spec = stored_spec(job)
+        self.runtime = Runtime(**job["runtime"])
+        names = self.spec.replica_names()
+        addresses = _loopback_addresses(names)
+        hostfile = self._write_hostfile(addresses)
+        self.envs = {name: self._replica_env(name, addresses, hostfile) for name in names}
+        self.started_at: float | None = None
+        self.spawned: dict[str, Spawned] = {}
+        self.failed: tuple[str, OSError] | None = None  # the replica that could not start
+
+    def start(self) -> None:
+        lower_priority(self.runtime.nice)  # before the replicas: they inherit it
+        self.started_at = time.time()
+        for name, env in self.envs.items():
+            try:
+                self.spawned[name] = spawn_replica(self.runtime.argv(), self.files.code, env)
+            except OSError as error:
+                self.failed = (name, error)
+                return
+
+    def _replica_env(self, name: str, addresses: Addresses, hostfile: str | None) -> dict[str, str]:
+        injected = replica_env(self.spec, self.job_id, name, addresses, hostfile_path=hostfile)
+        return {**os.environ, **injected}
+
+    def _write_hostfile(self, addresses: Addresses) -> str | None:
+        """The MPI launcher's hostfile, listing the workers' loopback addresses."""
+        if self.spec.framework != "mpi":
+            return None
+        path = self.files.dir / "hostfile"
+        path.write_text(mpi_hostfile(self.spec, addresses))
+        return str(path)
+
+
+def _loopback_addresses(names: list[str]) -> Addresses:
+    """A free loopback port per replica (all sockets held open together, so no duplicates)."""
+    sockets = []
+    try:
+        for _ in names:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return {
+            name: Address("127.0.0.1", sock.getsockname()[1])
+            for name, sock in zip(names, sockets, strict=True)
+        }
+    finally:
+        for sock in sockets:
+            sock.close()

@@ -1,0 +1,258 @@
+"""Append-only per-replica log files with a sparse index, readable while they are written.
+
+`logs/<replica>.log` holds one record per line, `b"<epoch_ms>\\t<utf-8 text>\\n"`. A record is
+complete only once its newline is on disk, so a reader never returns a torn write.
+`logs/<replica>.idx` holds the byte offset of every `INDEX_EVERY`-th record as 8 little-endian
+bytes, so reading from any seq costs one index read plus at most `INDEX_EVERY - 1` skipped
+records. One process writes a replica's log (the job's supervisor); any number may read it.
+"""
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from distrun.core.logs import LogLine
+
+INDEX_EVERY = 1024
+_INDEX_ENTRY = struct.Struct("<Q")
+_READ_CHUNK = 64 * 1024
+DEFAULT_MAX_READ_BYTES = 4 * 1024 * 1024
+
+
+def log_path(log_dir: Path, replica: str) -> Path:
+    return log_dir / f"{replica}.log"
+
+
+def index_path(log_dir: Path, replica: str) -> Path:
+    return log_dir / f"{replica}.idx"
+
+
+class LineSplitter:
+    """Turns a byte stream into lines: bytes up to `\\n`, a line longer than `max_line_bytes`
+    cut into pieces (at a UTF-8 character boundary when there is one). Holds at most one
+    partial line, so memory stays bounded whatever the stream."""
+
+    def __init__(self, max_line_bytes: int) -> None:
+        if max_line_bytes < 4:
+            raise ValueError("max_line_bytes must be at least 4")
+        self._max = max_line_bytes
+        self._partial = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._partial += data
+        lines: list[bytes] = []
+        start = 0
+        while True:
+            newline = self._partial.find(b"\n", start, start + self._max + 1)
+            if newline >= 0:
+                lines.append(bytes(self._partial[start:newline]))
+                start = newline + 1
+            elif len(self._partial) - start > self._max:
+                cut = _utf8_boundary(self._partial, start, start + self._max)
+                lines.append(bytes(self._partial[start:cut]))
+                start = cut
+            else:
+                break
+        del self._partial[:start]
+        return lines
+
+    def flush(self) -> list[bytes]:
+        """The held partial line, if any (at EOF)."""
+        rest, self._partial = bytes(self._partial), bytearray()
+        return [rest] if rest else []
+
+
+def _utf8_boundary(data: bytearray, start: int, cut: int) -> int:
+    """`cut` moved back (at most 3 bytes) so it does not split a UTF-8 character."""
+    for candidate in range(cut, max(start, cut - 3), -1):
+        if data[candidate] & 0xC0 != 0x80:
+            return candidate
+    return cut
+
+
+def decode_line(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
+
+
+class LogWriter:
+    """Appends records to one replica's log. Reopening an existing log continues its seqs
+    and drops a torn last record left by a crashed writer."""
+
+    def __init__(self, log_dir: Path, replica: str) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        self._log_fd = os.open(log_path(log_dir, replica), flags, 0o600)
+        self._idx_fd = os.open(index_path(log_dir, replica), flags, 0o600)
+        self._offset, self.next_seq = self._recover()
+
+    def append(self, lines: list[tuple[float, str]]) -> None:
+        """Writes `(epoch_seconds, text)` lines as whole records; `text` has no newline."""
+        records = bytearray()
+        index = bytearray()
+        for when, text in lines:
+            if "\n" in text:
+                raise ValueError("a log line cannot contain a newline")
+            if self.next_seq % INDEX_EVERY == 0:
+                index += _INDEX_ENTRY.pack(self._offset + len(records))
+            records += b"%d\t%s\n" % (round(when * 1000), text.encode("utf-8", "replace"))
+            self.next_seq += 1
+        _write_all(self._log_fd, records)
+        _write_all(self._idx_fd, index)  # after the records, so an entry never points ahead
+        self._offset += len(records)
+
+    def close(self) -> None:
+        os.close(self._log_fd)
+        os.close(self._idx_fd)
+
+    def _recover(self) -> tuple[int, int]:
+        size = os.fstat(self._log_fd).st_size
+        entries = [offset for offset in _read_index(self._idx_fd) if offset < size]
+        offset = entries[-1] if entries else 0
+        seq = (len(entries) - 1) * INDEX_EVERY if entries else 0
+        chunk = _READ_CHUNK
+        while True:
+            data = os.pread(self._log_fd, chunk, offset)
+            end = data.rfind(b"\n")
+            if end < 0:
+                if len(data) < chunk:
+                    break
+                chunk *= 2
+                continue
+            chunk = _READ_CHUNK
+            for record in data[:end].split(b"\n"):
+                if seq % INDEX_EVERY == 0 and seq // INDEX_EVERY == len(entries):
+                    entries.append(offset)
+                offset += len(record) + 1
+                seq += 1
+        os.ftruncate(self._log_fd, offset)  # a torn last record is dropped
+        entries = [entry for entry in entries if entry < offset]
+        os.ftruncate(self._idx_fd, 0)
+        _write_all(self._idx_fd, b"".join(_INDEX_ENTRY.pack(entry) for entry in entries))
+        return offset, seq
+
+
+class LogReader:
+    """Reads one replica's log; the file may not exist yet (no lines). Every follower of a job
+    holds one per replica for as long as it follows, so it is kept small: slots and plain-string
+    paths (a `Path` is two more objects for the garbage collector to scan, each)."""
+
+    __slots__ = ("_fd", "_idx_path", "_log_path", "replica")
+
+    def __init__(self, log_dir: Path, replica: str) -> None:
+        self.replica = replica
+        self._log_path = str(log_path(log_dir, replica))
+        self._idx_path = str(index_path(log_dir, replica))
+        self._fd: int | None = None
+
+    def read(self, from_seq: int, max_lines: int) -> list[LogLine]:
+        return self.tail(from_seq).read(max_lines)
+
+    def tail(self, from_seq: int) -> "LogTail":
+        """A cursor at `from_seq` that remembers its byte offset, so following never rescans."""
+        offset, seq = 0, 0
+        try:
+            with open(self._idx_path, "rb") as idx:
+                entries = os.fstat(idx.fileno()).st_size // _INDEX_ENTRY.size
+                slot = min(from_seq // INDEX_EVERY, entries - 1)
+                if slot >= 0:
+                    idx.seek(slot * _INDEX_ENTRY.size)
+                    (offset,) = _INDEX_ENTRY.unpack(idx.read(_INDEX_ENTRY.size))
+                    seq = slot * INDEX_EVERY
+        except FileNotFoundError:
+            pass
+        return LogTail(self, want=from_seq, offset=offset, seq=seq)
+
+    def tail_at(self, position: "TailPosition") -> "LogTail":
+        """A cursor at a position another tail of the same log reached (no index read)."""
+        return LogTail(
+            self, want=position.next_seq, offset=position.offset, seq=position.record_seq
+        )
+
+    def size(self) -> int:
+        try:
+            return os.stat(self._log_path).st_size
+        except FileNotFoundError:
+            return 0
+
+    def pread(self, size: int, offset: int) -> bytes:
+        if self._fd is None:
+            try:
+                self._fd = os.open(self._log_path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return b""
+        return os.pread(self._fd, size, offset)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+@dataclass(frozen=True)
+class TailPosition:
+    """Where a `LogTail` stands: the next seq it returns, and the byte offset of record
+    `record_seq` (at or before `next_seq`) from which it scans on."""
+
+    next_seq: int
+    offset: int
+    record_seq: int
+
+
+class LogTail:
+    """A reading position in one replica's log: `next_seq` is the next line it returns."""
+
+    def __init__(self, reader: LogReader, *, want: int, offset: int, seq: int) -> None:
+        self._reader = reader
+        self.next_seq = want
+        self._offset = offset  # byte offset of record `_seq`
+        self._seq = seq
+
+    @property
+    def offset(self) -> int:
+        return self._offset
+
+    @property
+    def position(self) -> TailPosition:
+        return TailPosition(self.next_seq, self._offset, self._seq)
+
+    def read(self, max_lines: int, max_bytes: int = DEFAULT_MAX_READ_BYTES) -> list[LogLine]:
+        """Up to `max_lines` complete lines (and about `max_bytes`), advancing the cursor."""
+        lines: list[LogLine] = []
+        read_bytes = 0
+        chunk = _READ_CHUNK
+        while len(lines) < max_lines and read_bytes < max_bytes:
+            data = self._reader.pread(chunk, self._offset)
+            end = data.rfind(b"\n")
+            if end < 0:
+                if len(data) < chunk:
+                    break  # nothing more, or only a record still being written
+                chunk *= 2  # one record longer than the chunk
+                continue
+            chunk = _READ_CHUNK
+            for record in data[:end].split(b"\n"):
+                if self._seq >= self.next_seq:
+                    if len(lines) >= max_lines or read_bytes >= max_bytes:
+                        break
+                    lines.append(self._parse(record))
+                    read_bytes += len(record) + 1
+                    self.next_seq += 1
+                self._offset += len(record) + 1
+                self._seq += 1
+        return lines
+
+    def _parse(self, record: bytes) -> LogLine:
+        millis, _, text = record.partition(b"\t")
+        return LogLine(self._reader.replica, self._seq, int(millis) / 1000, decode_line(text))
+
+
+def _read_index(fd: int) -> list[int]:
+    size = os.fstat(fd).st_size
+    data = os.pread(fd, size - size % _INDEX_ENTRY.size, 0)
+    return [entry for (entry,) in _INDEX_ENTRY.iter_unpack(data)]
+
+
+def _write_all(fd: int, data: bytes | bytearray) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

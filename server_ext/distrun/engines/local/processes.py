@@ -1,0 +1,139 @@
+"""The local engine's process handling on Linux: starting a replica in its own process group
+that dies with its supervisor, finding every process a job left behind (through /proc and
+pidfds), and describing how a process ended."""
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def process_start_time(pid: int) -> int | None:
+    """The start time (clock ticks after boot) of a live, non-zombie `pid`; None otherwise.
+    With the pid, it names a process uniquely: a reused pid has another start time."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # the command name may hold spaces
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def kill_job_processes(job_id: str) -> int:
+    """SIGKILLs every process of the job that outlived its replica's process group (one
+    started with `setsid`, say): every process that carries DISTRUN_JOB_ID=job_id in its
+    environment, as a pod's end would stop everything in its container. Scans again until none
+    is left, since one may fork meanwhile; returns how many were killed."""
+    marker = f"DISTRUN_JOB_ID={job_id}".encode()
+    killed = 0
+    for _ in range(10):
+        found = 0
+        for pid in _pids():
+            found += _kill_if_marked(pid, marker)
+        killed += found
+        if not found:
+            break
+    return killed
+
+
+def _pids() -> list[int]:
+    me = os.getpid()
+    return [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) != me]
+
+
+def _kill_if_marked(pid: int, marker: bytes) -> bool:
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # gone
+        return False
+    try:
+        # Read after the pidfd pins the process: a reused pid cannot be killed by mistake.
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        if marker not in environ.split(b"\0"):
+            return False
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        return True
+    except OSError:  # gone meanwhile, a zombie, or not ours to read
+        return False
+    finally:
+        os.close(pidfd)
+
+
+def describe_exit(code: int) -> str:
+    if code >= 0:
+        return f"exit code {code}"
+    name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+    hint = " (out of memory?)" if -code == signal.SIGKILL else ""
+    return f"killed by {name}{hint}"
+
+
+def is_retryable_exit(code: int) -> bool:
+    """The Training Operator's ExitCode policy: 1-127 are permanent, 128-255 (signals) retry."""
+    return code < 0 or code >= 128
+
+
+@dataclass
+class Spawned:
+    """A replica process just started, its stdout and stderr going into `pipe`."""
+
+    process: "subprocess.Popen[bytes]"
+    pipe: int  # the read end, blocking until the event loop takes it over
+
+
+def spawn_replica(argv: list[str], cwd: Path, env: dict[str, str]) -> Spawned:
+    """Starts one replica in its own process group; raises OSError if it cannot start."""
+    read_end, write_end = os.pipe()
+    try:
+        process = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=write_end,
+            stderr=write_end,
+            # The supervisor runs no threads, so a preexec_fn is safe here.
+            preexec_fn=_own_group_dying_with(os.getpid()),  # noqa: PLW1509
+        )
+    except OSError:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return Spawned(process, read_end)
+
+
+def _own_group_dying_with(parent: int) -> Callable[[], None]:
+    """A preexec_fn: the replica leads its own process group (so a cancel signals all it
+    started) in the supervisor's session, and gets SIGKILL when the supervisor dies, so none
+    outlives it. Not a session of its own: that would be a scheduling group of its own too."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def set_group_and_parent_death_signal() -> None:
+        os.setpgid(0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the supervisor died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return set_group_and_parent_death_signal
+
+
+def lower_priority(nice: int) -> None:
+    """Runs this process, and the replicas it starts, at niceness `nice` or more, so jobs on
+    the server's own machine never starve the server of CPU. The supervisor leads a session,
+    which Linux's autogroup scheduler weighs as a group against every other session, the
+    server's included: a process's niceness alone only counts inside its group, so the
+    group's niceness is set too."""
+    if nice <= 0:
+        return
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, max(nice, os.getpriority(os.PRIO_PROCESS, 0)))
+    with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as autogroup:
+        autogroup.write(str(nice))  # absent without autogroup (or outside Linux): nothing to do

@@ -1,0 +1,62 @@
+"""The per-job supervisor of the local engine: a detached process that owns a job's replicas.
+
+`python -m distrun.engines.local.supervisor <job_dir>` starts every replica as its own process
+group, writes each replica's merged stdout/stderr into the log store, applies the restart
+policy, the
+success policy and the deadline, and records everything in `status.json`. The server only
+reads these files (and signals this process to cancel), so it can restart while jobs run.
+
+The job directory (`jobdir.JobFiles`) is the contract between this process and the engine.
+
+This module starts the replicas (`launch`); `supervisor_loop` then runs them on an asyncio event
+loop. The replicas start before that module (and asyncio) is imported, so their own start-up
+overlaps the supervisor's: keep this module's imports to what starting them needs.
+"""
+
+import sys
+import time
+from pathlib import Path
+
+from distrun.core.job import JobState
+from distrun.engines.local.jobdir import JobFiles, JobStatus, read_json, write_json_atomic
+from distrun.engines.local.launch import Launch
+from distrun.engines.local.processes import kill_job_processes
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m distrun.engines.local.supervisor JOB_DIR", file=sys.stderr)
+        return 2
+    files = JobFiles(Path(args[0]))
+    try:
+        launch = Launch(files)
+        launch.start()
+    except Exception as error:
+        _record_launch_failure(files, error)
+        raise
+    # Not at the top: asyncio and the rest load while the replicas start.
+    from distrun.engines.local.supervisor_loop import run
+
+    return run(launch)
+
+
+def _record_launch_failure(files: JobFiles, error: Exception) -> None:
+    """Starting the job failed: stop whatever started and say so in status.json."""
+    import traceback  # only on this path
+
+    traceback.print_exc()
+    try:
+        kill_job_processes(files.dir.name)
+        status = JobStatus.from_json(read_json(files.status))
+        status.state = JobState.FAILED
+        status.reason = f"the supervisor failed: {error!r}"
+        status.finished_at = time.time()
+        status.finalized = True
+        write_json_atomic(files.status, status.to_json())
+    except (OSError, ValueError, TypeError, KeyError):
+        traceback.print_exc()  # the engine will report the job as lost
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,360 @@
+"""The supervisor's event loop: reads the replicas' output into the log store, restarts them
+by the restart policy, decides the job's outcome (success policy, failures, deadline, cancel)
+and records everything in `status.json`. `supervisor.main` starts the replicas, then `run`.
+"""
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import traceback
+from collections import deque
+
+from distrun.core.frameworks import FRAMEWORKS
+from distrun.core.job import JobState, ReplicaStatus
+from distrun.engines.local.jobdir import JobFiles, JobStatus, write_json_atomic
+from distrun.engines.local.launch import Launch
+from distrun.engines.local.logstore import LineSplitter, LogWriter, decode_line
+from distrun.engines.local.processes import (
+    Spawned,
+    describe_exit,
+    is_retryable_exit,
+    kill_job_processes,
+    spawn_replica,
+)
+
+LAST_LINES = 20
+_READ_SIZE = 64 * 1024
+# After the job succeeds, how long the other replicas may take to end on their own (PyTorch
+# workers end just after the master) before they are stopped; at most the grace period.
+SUCCESS_DRAIN_SECONDS = 2.0
+# Roles that serve until stopped: never waited for.
+_SERVING_ROLES = frozenset({"ps"})
+
+
+def run(launch: Launch) -> int:
+    """Runs the job whose replicas `launch` started until it is over; 0 when all went well."""
+    supervisor = Supervisor(launch)
+    try:
+        asyncio.run(supervisor.run())
+    except BaseException as error:
+        traceback.print_exc()
+        _record_crash(supervisor, error)
+        raise
+    return 0
+
+
+class _Replica:
+    def __init__(self, status: ReplicaStatus, env: dict[str, str], files: JobFiles, max_line: int):
+        self.status = status
+        self.env = env
+        self.writer = LogWriter(files.logs, status.name)
+        self.recent: deque[str] = deque(maxlen=LAST_LINES)
+        self.splitter = LineSplitter(max_line)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.pidfd: int | None = None
+        self.pipe: int | None = None
+        self.exited = asyncio.Event()
+        self.startup_timer: asyncio.TimerHandle | None = None
+        self.hung_reason: str | None = None  # set when it was killed as hung at start-up
+        self.stopped = False  # signalled to stop once the job's outcome was decided
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and not self.exited.is_set()
+
+    def log(self, raw_lines: list[bytes]) -> None:
+        now = time.time()
+        texts = [decode_line(raw) for raw in raw_lines]
+        self.writer.append([(now, text) for text in texts])
+        self.recent.extend(texts)
+
+    def note(self, text: str) -> None:
+        self.writer.append([(time.time(), text)])
+        self.recent.append(text)
+
+
+class Supervisor:
+    def __init__(self, launch: Launch) -> None:
+        self.launch = launch
+        self.files = launch.files
+        self.job_id = launch.job_id
+        self.spec = launch.spec
+        self.runtime = launch.runtime
+        self.status = JobStatus.pending(self.spec)
+        self.replicas: dict[str, _Replica] = {}
+        self.restarts = 0
+        self._outcome: asyncio.Future[None] | None = None
+        self._stop_state = JobState.CANCELLED
+        self._stop_reason = ""
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._outcome = loop.create_future()
+        loop.add_signal_handler(signal.SIGTERM, self._on_cancel_signal)
+        for status in self.status.replicas:
+            self.replicas[status.name] = _Replica(
+                status, self.launch.envs[status.name], self.files, self.runtime.max_log_line_bytes
+            )
+        self.status.state = JobState.RUNNING
+        self.status.started_at = self.launch.started_at or time.time()
+        for name, replica in self.replicas.items():
+            spawned = self.launch.spawned.get(name)
+            if spawned is not None:
+                self._attach(replica, spawned)
+            elif self.launch.failed is not None and self.launch.failed[0] == name:
+                self._not_started(replica, self.launch.failed[1])
+        if self.spec.active_deadline_seconds is not None:
+            loop.call_later(self.spec.active_deadline_seconds, self._on_deadline)
+        self._write_status()
+        await self._outcome
+        await self._stop_all()
+        kill_job_processes(self.job_id)
+        self.status.finalized = True
+        self._write_status()
+        for replica in self.replicas.values():
+            replica.writer.close()
+
+    def _start(self, replica: _Replica) -> None:
+        try:
+            spawned = spawn_replica(self.runtime.argv(), self.files.code, replica.env)
+        except OSError as error:
+            self._not_started(replica, error)
+            return
+        self._attach(replica, spawned)
+
+    def _not_started(self, replica: _Replica, error: OSError) -> None:
+        replica.note(f"[distrun] could not start {replica.status.name}: {error}")
+        replica.status.state = JobState.FAILED
+        replica.status.reason = f"could not start: {error}"
+        self._fail(replica, f"{replica.status.name} could not start: {error}")
+
+    def _attach(self, replica: _Replica, spawned: Spawned) -> None:
+        """Reads the started replica's output and notices its exit on the event loop."""
+        loop = asyncio.get_running_loop()
+        replica.process = spawned.process
+        os.set_blocking(spawned.pipe, False)
+        replica.pipe = spawned.pipe
+        replica.pidfd = os.pidfd_open(spawned.process.pid)
+        replica.exited = asyncio.Event()
+        loop.add_reader(spawned.pipe, self._on_output, replica)
+        loop.add_reader(replica.pidfd, self._on_exit, replica)
+        replica.hung_reason = None
+        if self.spec.startup_timeout_seconds is not None:
+            replica.startup_timer = loop.call_later(
+                self.spec.startup_timeout_seconds, self._on_startup_timeout, replica
+            )
+        replica.status.state = JobState.RUNNING
+        replica.status.started_at = time.time()
+        replica.status.finished_at = None
+        replica.status.exit_code = None
+        replica.status.reason = None
+        self.status.pids[replica.status.name] = spawned.process.pid
+
+    def _on_output(self, replica: _Replica) -> None:
+        assert replica.pipe is not None
+        try:
+            data = os.read(replica.pipe, _READ_SIZE)
+        except BlockingIOError:
+            return
+        if data:
+            self._cancel_startup_timer(replica)
+            replica.log(replica.splitter.feed(data))
+        else:
+            self._close_pipe(replica)
+
+    def _on_startup_timeout(self, replica: _Replica) -> None:
+        """The replica has written nothing since it started: kill it as hung; its exit then
+        goes through the restart policy like any other failure."""
+        replica.startup_timer = None
+        if not replica.running or (self._outcome is not None and self._outcome.done()):
+            return
+        seconds = self.spec.startup_timeout_seconds
+        replica.hung_reason = (
+            f"hung at start-up: no output within {seconds} s (startup_timeout_seconds)"
+        )
+        replica.note(
+            f"[distrun] {replica.status.name} wrote nothing within {seconds} s of starting: "
+            "killing it as hung at start-up"
+        )
+        _signal_group(replica, signal.SIGKILL)
+
+    def _cancel_startup_timer(self, replica: _Replica) -> None:
+        if replica.startup_timer is not None:
+            replica.startup_timer.cancel()
+            replica.startup_timer = None
+
+    def _close_pipe(self, replica: _Replica) -> None:
+        if replica.pipe is None:
+            return
+        asyncio.get_running_loop().remove_reader(replica.pipe)
+        os.close(replica.pipe)
+        replica.pipe = None
+        replica.log(replica.splitter.flush())
+
+    def _drain(self, replica: _Replica) -> None:
+        """Everything the exited process wrote is already in its pipe: read it to the end."""
+        while replica.pipe is not None:
+            try:
+                data = os.read(replica.pipe, _READ_SIZE)
+            except BlockingIOError:  # a surviving grandchild still holds the pipe open
+                data = b""
+            if not data:
+                self._close_pipe(replica)
+                return
+            replica.log(replica.splitter.feed(data))
+
+    def _on_exit(self, replica: _Replica) -> None:
+        assert replica.process is not None and replica.pidfd is not None
+        exited = replica.exited  # a restart gives the replica a new one
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(replica.pidfd)
+        os.close(replica.pidfd)
+        replica.pidfd = None
+        self._cancel_startup_timer(replica)
+        pid = replica.process.pid
+        # Still a zombie, so its pid cannot be reused yet: clear out anything it left behind
+        # in its process group, as a container's end would.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        code = replica.process.wait()
+        self._drain(replica)
+        status = replica.status
+        status.exit_code = code
+        cause = replica.hung_reason if code != 0 and replica.hung_reason else describe_exit(code)
+        status.finished_at = time.time()
+        if self._outcome is not None and self._outcome.done():
+            if replica.stopped or self.status.state != JobState.SUCCEEDED:
+                status.state, status.reason = self._stop_state, self._stop_reason
+            else:  # ended on its own after the job succeeded: as its exit says
+                status.state = JobState.SUCCEEDED if code == 0 else JobState.FAILED
+                status.reason = None if code == 0 else cause
+        elif code == 0:
+            status.state = JobState.SUCCEEDED
+            self._check_success()
+        elif self._may_restart(code):
+            self._restart(replica, cause)
+        else:
+            status.state = JobState.FAILED
+            status.reason = cause
+            self._fail(replica, f"{status.name} failed: {cause}")
+        exited.set()
+        self._write_status()
+
+    def _may_restart(self, code: int) -> bool:
+        policy = self.spec.restart_policy
+        if policy == "Never" or (policy == "ExitCode" and not is_retryable_exit(code)):
+            return False
+        # backoff_limit counts restarts across the whole job, as the operator's RunPolicy does.
+        return self.restarts < self.spec.backoff_limit
+
+    def _restart(self, replica: _Replica, cause: str) -> None:
+        self.restarts += 1
+        replica.status.restarts += 1
+        replica.note(
+            f"[distrun] restarting {replica.status.name} (restart {self.restarts}/"
+            f"{self.spec.backoff_limit} of the job) after {cause}"
+        )
+        self._start(replica)
+
+    def _check_success(self) -> None:
+        completion = [
+            r for r in FRAMEWORKS[self.spec.framework].completion_roles if r in self.spec.roles
+        ]
+        roles = completion or (["worker"] if "worker" in self.spec.roles else list(self.spec.roles))
+        deciding = [r for r in self.replicas.values() if r.status.role in roles]
+        if all(r.status.state == JobState.SUCCEEDED for r in deciding):
+            self._finish(JobState.SUCCEEDED, None, JobState.SUCCEEDED, "stopped: the job succeeded")
+
+    def _fail(self, replica: _Replica, reason: str) -> None:
+        self.status.failed_replica = replica.status.name
+        self.status.last_lines = list(replica.recent)
+        stopped = f"stopped because {replica.status.name} failed"
+        self._finish(JobState.FAILED, reason, JobState.CANCELLED, stopped)
+
+    def _on_deadline(self) -> None:
+        reason = (
+            f"DeadlineExceeded: the job ran longer than active_deadline_seconds="
+            f"{self.spec.active_deadline_seconds}"
+        )
+        self._finish(JobState.FAILED, reason, JobState.CANCELLED, "stopped: deadline exceeded")
+
+    def _on_cancel_signal(self) -> None:
+        self._finish(JobState.CANCELLED, "cancelled by the user", JobState.CANCELLED, "cancelled")
+
+    def _finish(
+        self, state: JobState, reason: str | None, stop_state: JobState, stop_reason: str
+    ) -> None:
+        """Decides the job's outcome (the first decision wins) and records it at once; the
+        remaining replicas are stopped afterwards."""
+        if self._outcome is None or self._outcome.done():
+            return
+        self.status.state = state
+        self.status.reason = reason
+        self.status.finished_at = time.time()
+        self._stop_state, self._stop_reason = stop_state, stop_reason
+        self._outcome.set_result(None)
+        self._write_status()
+
+    async def _stop_all(self) -> None:
+        if self.status.state == JobState.SUCCEEDED:
+            await self._let_finish()
+        running = [r for r in self.replicas.values() if r.running]
+        for replica in running:
+            replica.stopped = True
+            _signal_group(replica, signal.SIGTERM)
+        waits = [asyncio.create_task(r.exited.wait()) for r in running]
+        if not waits:
+            return
+        _, pending = await asyncio.wait(waits, timeout=self.runtime.grace_seconds)
+        if pending:
+            for replica in running:
+                if replica.running:
+                    replica.note(
+                        f"[distrun] {replica.status.name} ignored SIGTERM for "
+                        f"{self.runtime.grace_seconds:g} s: sending SIGKILL"
+                    )
+                    _signal_group(replica, signal.SIGKILL)
+            await asyncio.wait(pending)
+
+    async def _let_finish(self) -> None:
+        """Gives the replicas still running after the job succeeded a moment to end on their
+        own, so the last lines they print (a worker's final metrics) are not cut off."""
+        finishing = [
+            asyncio.create_task(r.exited.wait())
+            for r in self.replicas.values()
+            if r.running and r.status.role not in _SERVING_ROLES
+        ]
+        if finishing:
+            timeout = min(SUCCESS_DRAIN_SECONDS, self.runtime.grace_seconds)
+            _, pending = await asyncio.wait(finishing, timeout=timeout)
+            for task in pending:
+                task.cancel()
+
+    def _write_status(self) -> None:
+        write_json_atomic(self.files.status, self.status.to_json())
+
+
+def _signal_group(replica: _Replica, signum: int) -> None:
+    assert replica.process is not None
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(replica.process.pid, signum)
+
+
+def _record_crash(supervisor: Supervisor, error: BaseException) -> None:
+    """The supervisor itself failed: stop its replicas and say so in status.json."""
+    for replica in supervisor.replicas.values():
+        if replica.process is not None and replica.process.poll() is None:
+            _signal_group(replica, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        kill_job_processes(supervisor.job_id)
+    status = supervisor.status
+    if not status.state.terminal or not status.finalized:
+        status.state = JobState.FAILED if not status.state.terminal else status.state
+        status.reason = status.reason or f"the supervisor failed: {error!r}"
+        status.finished_at = status.finished_at or time.time()
+        status.finalized = True
+        with contextlib.suppress(OSError):
+            supervisor._write_status()

@@ -1,0 +1,78 @@
+"""The interface every engine implements.
+
+An engine turns a `JobSpec` into running replicas and answers for them afterwards from what it
+holds (files on disk for the local engine, the API server for Kubernetes), never from memory
+that a restart would lose. `owner` is the authenticated user's name; an engine raises
+`NotFound` for a job that exists but belongs to someone else.
+"""
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from distrun.core.job import Job
+from distrun.core.logs import Cursor, LogEvent, LogLine
+from distrun.core.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    name: str
+    description: str
+    available: bool  # False: configured but not reachable; `reason` says why
+    reason: str | None = None
+    namespaces: list[str] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    name: str
+
+    async def info(self) -> EngineInfo: ...
+
+    async def submit(self, spec: JobSpec, owner: str) -> Job: ...
+
+    async def list_jobs(self, owner: str) -> list[Job]:
+        """The owner's jobs, newest first."""
+        ...
+
+    async def get_job(self, job_id: str, owner: str) -> Job: ...
+
+    async def cancel(self, job_id: str, owner: str) -> Job:
+        """Stop every replica; idempotent on a finished job."""
+        ...
+
+    async def delete(self, job_id: str, owner: str) -> None:
+        """Forget the job and its logs; a running job is cancelled first."""
+        ...
+
+    async def read_logs(
+        self,
+        job_id: str,
+        owner: str,
+        *,
+        since: Cursor | None = None,
+        replicas: set[str] | None = None,
+        limit: int = 10_000,
+    ) -> list[LogLine]:
+        """Up to `limit` lines after `since`, ordered by capture time across replicas."""
+        ...
+
+    def follow(
+        self,
+        job_id: str,
+        owner: str,
+        *,
+        since: Cursor | None = None,
+        replicas: set[str] | None = None,
+        max_batch: int = 5_000,
+    ) -> AsyncIterator[LogEvent]:
+        """Every line after `since`, then new ones as they come, with a JobUpdate on each change
+        of status. Reading is driven by the consumer: a slow consumer slows only itself and the
+        engine buffers nothing for it. Ends after the job is terminal and every line is sent."""
+        ...
+
+    async def close(self) -> None:
+        """Release watches and tasks; jobs keep running."""
+        ...

@@ -1,0 +1,170 @@
+"""The jupyter_server extension: builds the configured engines and registers the handlers.
+
+Engines are configured by name (see engines/registry.py). `engine_factories` (name -> callable(app) -> Engine)
+wins over `engines`: it is the seam tests use to inject an in-memory engine.
+"""
+
+import asyncio
+import gc
+import getpass
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from jupyter_core.paths import jupyter_data_dir
+from jupyter_server.auth.identity import (
+    IdentityProvider,
+    LegacyIdentityProvider,
+    PasswordIdentityProvider,
+    User,
+)
+from jupyter_server.extension.application import ExtensionApp
+from tornado.websocket import WebSocketHandler
+from traitlets import Bool, CaselessStrEnum, Dict, Int, Unicode, default
+
+from distrun.core.spec import Limits
+from distrun.engines.protocol import Engine
+from distrun.engines.registry import EngineRegistry, build_engine
+from distrun.server.routes import routes
+
+EngineFactory = Callable[["DistrunApp"], Engine]
+
+# jupyter_server's own identity providers invent an anonymous user per browser (and per
+# cookie-less token request), so on a single-user server they cannot name a job's owner.
+_ANONYMOUS_IDENTITY_PROVIDERS = (IdentityProvider, PasswordIdentityProvider, LegacyIdentityProvider)
+
+
+class DistrunApp(ExtensionApp):
+    name = "distrun"
+    description = "Run notebook cells as distributed training jobs and stream their logs"
+
+    default_engine = Unicode("local", config=True, help="The engine a job runs on by default.")
+    engines = Dict(
+        default_value={"local": {"class": "distrun.engines.local.LocalEngine"}},
+        config=True,
+        help=(
+            "Engines by name: {'local': {'class': 'distrun.engines.local.LocalEngine', "
+            "'kwargs': {...}}}. state_dir and limits are passed when the class takes them."
+        ),
+    )
+    engine_factories = Dict(
+        default_value={},
+        config=True,
+        help="Engines by name as callables(app) -> Engine; these win over `engines`.",
+    )
+    state_dir = Unicode(config=True, help="Where engines keep jobs and logs on this machine.")
+    owner_source = CaselessStrEnum(
+        ["auto", "username", "os_user"],
+        default_value="auto",
+        config=True,
+        help=(
+            "Who owns a job. 'username': the authenticated user's name (JupyterHub). "
+            "'os_user': the OS user running the server, for every authenticated request (a "
+            "single-user server, whose default identity provider invents anonymous names; the "
+            "distrun CLI uses the same owner). 'auto': 'os_user' with jupyter_server's own "
+            "identity providers, 'username' with any other (JupyterHub's or a custom one)."
+        ),
+    )
+    max_replicas = Int(Limits.max_replicas, config=True, help="Most replicas in one job.")
+    max_gpus_per_replica = Int(Limits.max_gpus_per_replica, config=True)
+    max_jobs_per_user = Int(
+        Limits.max_jobs_per_user, config=True, help="Unfinished jobs a user may have."
+    )
+    max_payload_bytes = Int(
+        Limits.max_payload_bytes, config=True, help="Most bytes of code plus shipped files."
+    )
+    max_log_line_bytes = Int(Limits.max_log_line_bytes, config=True)
+    freeze_startup_heap = Bool(
+        True,
+        config=True,
+        help=(
+            "Once the server runs, move the objects its start-up made (they live as long as "
+            "the server) out of the garbage collector's sight with gc.freeze(). Otherwise "
+            "every full collection scans them all, ~250k objects, blocking the event loop "
+            "for 100-200 ms while logs stream (benchmarks/bench_soak.py)."
+        ),
+    )
+
+    @default("state_dir")
+    def _default_state_dir(self) -> str:
+        return os.path.join(jupyter_data_dir(), "distrun")
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(
+            max_replicas=self.max_replicas,
+            max_gpus_per_replica=self.max_gpus_per_replica,
+            max_payload_bytes=self.max_payload_bytes,
+            max_jobs_per_user=self.max_jobs_per_user,
+            max_log_line_bytes=self.max_log_line_bytes,
+        )
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest request body read: base64 grows the payload by 4/3 and JSON escaping
+        can grow code further, so allow twice the payload plus room for the other fields."""
+        return 2 * self.max_payload_bytes + 64 * 1024
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._registry: EngineRegistry | None = None
+        # Open log websockets: follower task -> its handler.
+        self.streams: dict[asyncio.Task[None], WebSocketHandler] = {}
+
+    @property
+    def registry(self) -> EngineRegistry:
+        if self._registry is None:
+            raise RuntimeError("the distrun extension is not initialized")
+        return self._registry
+
+    def initialize_settings(self) -> None:
+        self._registry = EngineRegistry(self._build_engines(), self.default_engine)
+        self.log.info(
+            "distrun engines: %s (default %s)", self.registry.names(), self.default_engine
+        )
+
+    def initialize_handlers(self) -> None:
+        self.handlers.extend(routes())
+
+    async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        """Runs once the server's event loop does, after every extension has loaded."""
+        if self.freeze_startup_heap:
+            gc.collect()  # start-up's garbage goes now, not into the permanent generation
+            gc.freeze()
+
+    async def stop_extension(self) -> None:
+        tasks = list(self.streams)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._registry is not None:  # None when the extension failed to load
+            await self._registry.close()
+
+    def owner_of(self, user: User) -> str:
+        if self._owner_source() == "os_user":
+            return getpass.getuser()
+        return user.username
+
+    def track(self, task: "asyncio.Task[None]", handler: WebSocketHandler) -> None:
+        """Keep a websocket's follower task until it ends, so a server stop can cancel it."""
+        self.streams[task] = handler
+        task.add_done_callback(self._forget_stream)
+
+    def _forget_stream(self, task: "asyncio.Task[None]") -> None:
+        self.streams.pop(task, None)
+
+    def _owner_source(self) -> str:
+        if self.owner_source != "auto":
+            return str(self.owner_source)
+        provider = type(self.serverapp.identity_provider) if self.serverapp else None
+        return "os_user" if provider in _ANONYMOUS_IDENTITY_PROVIDERS else "username"
+
+    def _build_engines(self) -> dict[str, Engine]:
+        engines: dict[str, Engine] = {}
+        for name, entry in self.engines.items():
+            if name not in self.engine_factories:
+                engines[name] = build_engine(name, entry, Path(self.state_dir), self.limits)
+        for name, factory in self.engine_factories.items():
+            engines[name] = factory(self)
+        return engines

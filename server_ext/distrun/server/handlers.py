@@ -1,0 +1,328 @@
+"""The REST handlers of the API contract (openapi.yaml beside this file documents each one).
+
+Every method is authenticated (`@web.authenticated`, outermost) and then authorized on the
+"distrun" resource. The owner passed to the engines comes from `DistrunApp.owner_of`, so one
+user never sees another's jobs. Domain errors become HTTP in http_errors.py.
+"""
+
+import asyncio
+import json
+from collections import deque
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, cast
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+from jupyter_server.utils import url_path_join
+from tornado import web
+from tornado.http1connection import HTTP1Connection
+from tornado.httputil import HTTPServerRequest
+
+from distrun.core.errors import DistrunError, EngineError, LimitExceeded, SpecError
+from distrun.core.frameworks import FRAMEWORKS, Framework
+from distrun.core.header import spec_from_cell
+from distrun.core.job import Job
+from distrun.core.jobids import check_job_id
+from distrun.core.logs import Cursor, LogLine
+from distrun.core.spec import CLEAN_POD_POLICIES, RESTART_POLICIES, JobSpec
+from distrun.engines.protocol import Engine, EngineInfo
+from distrun.server.cellfiles import read_cell_files
+from distrun.server.http_errors import DomainErrorHandler
+from distrun.server.params import MAX_TAIL, check_replicas, parse_int, parse_replicas, parse_since
+
+if TYPE_CHECKING:
+    from distrun.server.app import DistrunApp
+
+PAGE_LINES = 10_000  # lines asked of an engine per read
+SMALL_BODY_BYTES = 64 * 1024  # the most a request that carries no job may send
+TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
+
+
+def framework_json(framework: Framework) -> dict[str, Any]:
+    return {
+        "name": framework.name,
+        "kubeflow_kind": framework.kubeflow_kind,
+        "default_image": framework.default_image,
+        "roles": [
+            {
+                "name": role.name,
+                "min_replicas": role.min_replicas,
+                "max_replicas": role.max_replicas,
+                "default_replicas": role.default_replicas,
+            }
+            for role in framework.roles
+        ],
+        "completion_roles": list(framework.completion_roles),
+    }
+
+
+def next_cursor(since: Cursor, replicas: list[str], lines: list[LogLine]) -> Cursor:
+    cursor = {name: since.get(name, 0) for name in replicas}
+    for line in lines:
+        cursor[line.replica] = max(cursor.get(line.replica, 0), line.seq + 1)
+    return cursor
+
+
+def limit_body_size(request: HTTPServerRequest, limit: int) -> None:
+    """Make tornado stop reading a streamed body past `limit` (for a chunked body, which has no
+    length up front, it answers 400 and closes the connection)."""
+    if isinstance(request.connection, HTTP1Connection):
+        request.connection.set_max_body_size(limit)
+
+
+def line_json(line: LogLine) -> list[Any]:
+    return [line.replica, line.seq, line.time, line.text]
+
+
+@web.stream_request_body
+class DistrunHandler(ExtensionHandlerMixin, DomainErrorHandler):
+    """Bodies are streamed to `data_received`, so `prepare` runs on the headers alone and a body
+    over `body_limit()` is refused from its Content-Length before any of it is read (unstreamed,
+    tornado would buffer up to ServerApp.max_body_size, 512 MiB, before the handler runs)."""
+
+    auth_resource = "distrun"
+    _body: bytearray
+
+    @property
+    def app(self) -> "DistrunApp":
+        return cast("DistrunApp", self.extensionapp)
+
+    @property
+    def owner(self) -> str:
+        return self.app.owner_of(self.current_user)
+
+    def job_url(self, job_id: str) -> str:
+        return str(url_path_join(self.base_url, "distrun", "jobs", job_id))
+
+    def body_limit(self) -> int:
+        """The largest body this handler reads; only a job submission carries a large one."""
+        return SMALL_BODY_BYTES
+
+    async def prepare(self) -> None:  # type: ignore[override]  # as APIHandler.prepare
+        self._body = bytearray()
+        limit = self.body_limit()
+        limit_body_size(self.request, limit)
+        await super().prepare()
+        declared = self.request.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise LimitExceeded(
+                f"the request body is {int(declared):,} bytes, over the limit of {limit:,}; "
+                "ship large data through a volume or object storage"
+            )
+
+    def data_received(self, chunk: bytes) -> None:
+        self._body += chunk
+
+    def json_body(self) -> dict[str, Any]:
+        try:
+            body = json.loads(self._body or b"null")
+        except (ValueError, UnicodeDecodeError):
+            raise SpecError("the request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise SpecError("the request body must be a JSON object")
+        return body
+
+
+class EnginesHandler(DistrunHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        engines = self.app.registry.all()
+        infos = await asyncio.gather(*(_engine_info(engine) for engine in engines))
+        limits = self.app.limits
+        self.finish(
+            {
+                "default_engine": self.app.registry.default_name,
+                "engines": [asdict(info) for info in infos],
+                "frameworks": [framework_json(fw) for fw in FRAMEWORKS.values()],
+                "limits": asdict(limits),
+                "restart_policies": list(RESTART_POLICIES),
+                "clean_pod_policies": list(CLEAN_POD_POLICIES),
+            }
+        )
+
+
+async def _engine_info(engine: Engine) -> EngineInfo:
+    try:
+        return await engine.info()
+    except DistrunError as err:
+        return EngineInfo(name=engine.name, description="", available=False, reason=str(err))
+
+
+class JobsHandler(DistrunHandler):
+    def body_limit(self) -> int:
+        return self.app.max_body_bytes
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        name = self.get_argument("engine", None)
+        engines = [self.app.registry.get(name)] if name else self.app.registry.all()
+        jobs: list[Job] = []
+        engine_errors: dict[str, str] = {}
+        for engine in engines:
+            try:
+                jobs += await engine.list_jobs(self.owner)
+            except EngineError as err:
+                if name:
+                    raise
+                engine_errors[engine.name] = str(err)
+        jobs.sort(key=lambda job: job.created_at, reverse=True)
+        body: dict[str, Any] = {"jobs": [job.to_json() for job in jobs]}
+        if engine_errors:
+            body["engine_errors"] = engine_errors
+        self.finish(body)
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self.json_body()
+        if ("spec" in body) == ("cell" in body):
+            raise SpecError('send either {"spec": {...}} or {"cell": "..."}')
+        if "spec" in body:
+            _check_keys(body, {"spec"})
+            spec = JobSpec.from_dict(body["spec"], self.app.limits)
+        else:
+            spec = await self._spec_from_cell(body)
+        job = await self.app.registry.get(spec.engine).submit(spec, self.owner)
+        self.set_status(201)
+        self.set_header("Location", self.job_url(job.id))
+        self.finish(job.to_json())
+
+    async def _spec_from_cell(self, body: dict[str, Any]) -> JobSpec:
+        _check_keys(body, {"cell", "overrides", "cwd"})
+        cell, overrides, cwd = body["cell"], body.get("overrides"), body.get("cwd") or ""
+        if not isinstance(cell, str):
+            raise SpecError("cell must be a string", field="cell")
+        if overrides is not None and not isinstance(overrides, dict):
+            raise SpecError("overrides must be an object of job spec fields", field="overrides")
+        if not isinstance(cwd, str):
+            raise SpecError("cwd must be a path relative to the server's root", field="cwd")
+        limits = self.app.limits
+        parsed: tuple[JobSpec, list[str]] = spec_from_cell(cell, overrides, limits)
+        spec, file_refs = parsed
+        if not file_refs:
+            return spec
+        files = await asyncio.to_thread(
+            read_cell_files, self.serverapp.root_dir, cwd, file_refs, limits.max_payload_bytes
+        )
+        return JobSpec.from_dict({**spec.to_dict(), "files": {**spec.files, **files}}, limits)
+
+
+def _check_keys(body: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise SpecError(
+            f"unknown field(s) {', '.join(unknown)} in the request; known: {', '.join(sorted(allowed))}",
+            field=unknown[0],
+        )
+
+
+class JobHandler(DistrunHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        _, job = await self.app.registry.find_job(check_job_id(job_id), self.owner)
+        self.finish(job.to_json())
+
+    @web.authenticated
+    @authorized
+    async def delete(self, job_id: str) -> None:
+        engine, job = await self.app.registry.find_job(check_job_id(job_id), self.owner)
+        await engine.delete(job.id, self.owner)
+        self.set_status(204)
+        self.finish()
+
+
+class CancelHandler(DistrunHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, job_id: str) -> None:
+        engine, job = await self.app.registry.find_job(check_job_id(job_id), self.owner)
+        self.finish((await engine.cancel(job.id, self.owner)).to_json())
+
+
+class LogsHandler(DistrunHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        engine, job = await self.app.registry.find_job(check_job_id(job_id), self.owner)
+        wanted = check_replicas(job, parse_replicas(self.get_arguments("replica")))
+        replicas = sorted(wanted) if wanted else [replica.name for replica in job.replicas]
+        since = parse_since(self.get_argument("since", None))
+        tail = parse_int(self.get_argument("tail", None), "tail", None, 0, MAX_TAIL)
+        limit = parse_int(self.get_argument("limit", None), "limit", PAGE_LINES, 1, PAGE_LINES)
+        output = self.get_argument("format", "text")
+        if output not in ("text", "json"):
+            raise SpecError(
+                f"format {output[:30]!r} is not valid; write text or json", field="format"
+            )
+        prefix = self.get_argument("prefix", "1") != "0"
+        reader = _LogReader(engine, job.id, self.owner)
+        if tail is not None:
+            lines, cursor = await reader.tail(replicas, since, tail)
+        elif output == "json":
+            lines = await reader.page(set(replicas), since, limit or PAGE_LINES)
+            cursor = next_cursor(since, replicas, lines)
+        else:
+            await self._stream_text(reader, set(replicas), since, prefix)
+            return
+        if output == "json":
+            self.finish({"lines": [line_json(line) for line in lines], "next": cursor})
+        else:
+            self.finish(_text(lines, prefix), set_content_type=TEXT_CONTENT_TYPE)
+
+    async def _stream_text(
+        self, reader: "_LogReader", replicas: set[str], since: Cursor, prefix: bool
+    ) -> None:
+        """Every line after `since`, page by page, so memory stays bounded however long the log."""
+        self.set_header("Content-Type", TEXT_CONTENT_TYPE)
+        cursor = dict(since)
+        while True:
+            lines = await reader.page(replicas, cursor, PAGE_LINES)
+            if lines:
+                self.write(_text(lines, prefix))
+                await self.flush()
+            if len(lines) < PAGE_LINES:
+                break
+            cursor = next_cursor(cursor, list(replicas), lines)
+        self.finish(set_content_type=TEXT_CONTENT_TYPE)
+
+
+def _text(lines: list[LogLine], prefix: bool) -> str:
+    if prefix:
+        return "".join(f"{line.replica} | {line.text}\n" for line in lines)
+    return "".join(f"{line.text}\n" for line in lines)
+
+
+class _LogReader:
+    def __init__(self, engine: Engine, job_id: str, owner: str) -> None:
+        self.engine, self.job_id, self.owner = engine, job_id, owner
+
+    async def page(self, replicas: set[str], since: Cursor, limit: int) -> list[LogLine]:
+        return await self.engine.read_logs(
+            self.job_id, self.owner, since=since, replicas=replicas, limit=limit
+        )
+
+    async def tail(
+        self, replicas: list[str], since: Cursor, count: int
+    ) -> tuple[list[LogLine], Cursor]:
+        """The last `count` lines of each replica, merged by capture time, and where each ends.
+
+        The engine protocol has no line count, so this reads each replica through once, keeping
+        only the last `count` lines in memory."""
+        kept: list[LogLine] = []
+        cursor: Cursor = {}
+        for replica in replicas:
+            last: deque[LogLine] = deque(maxlen=count)
+            position = {replica: since.get(replica, 0)}
+            while True:
+                lines = await self.page({replica}, position, PAGE_LINES)
+                last.extend(lines)
+                position = next_cursor(position, [replica], lines)
+                if len(lines) < PAGE_LINES:
+                    break
+            kept += last
+            cursor[replica] = position[replica]
+        kept.sort(key=lambda line: line.time)
+        return kept, cursor

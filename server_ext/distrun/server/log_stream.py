@@ -1,0 +1,213 @@
+"""The live log websocket: `GET /distrun/jobs/{id}/logs/stream?since=...&replica=...`.
+
+One task per connection consumes `engine.follow(...)` and awaits every `write_message`, so a
+slow client slows only its own follower and the server holds at most one batch for it. Lines
+are sent as soon as they are read; under load each read brings many lines, which go out in
+frames of at most `FRAME_MAX_LINES` lines / about `FRAME_MAX_BYTES` bytes. Closing the socket
+cancels the task, which closes the follower.
+"""
+
+import asyncio
+import json
+import socket
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, cast
+
+from jupyter_server.auth.decorator import authorized, ws_authenticated
+from jupyter_server.base.call_context import CallContext
+from jupyter_server.base.handlers import JupyterHandler
+from jupyter_server.base.websocket import WebSocketMixin
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado import web
+from tornado.iostream import StreamClosedError
+from tornado.websocket import WebSocketClosedError, WebSocketHandler
+
+from distrun.core.errors import DistrunError
+from distrun.core.job import Job
+from distrun.core.jobids import check_job_id
+from distrun.core.logs import JobUpdate, LogBatch, LogEvent, LogLine
+from distrun.server.handlers import limit_body_size, line_json
+from distrun.server.http_errors import WS_CLOSE_INTERNAL_ERROR, error_body, ws_close_code
+from distrun.server.params import check_replicas, parse_replicas, parse_since
+
+if TYPE_CHECKING:
+    from distrun.server.app import DistrunApp
+
+FRAME_MAX_LINES = 2_000
+FRAME_MAX_BYTES = 256 * 1024
+FOLLOW_MAX_BATCH = 2_000
+_LINE_OVERHEAD = 40  # JSON punctuation, seq and time around a line's text
+
+
+def frames(lines: list[LogLine]) -> list[list[LogLine]]:
+    """Split lines into frames of at most FRAME_MAX_LINES lines and about FRAME_MAX_BYTES
+    (a single longer line gets a frame of its own)."""
+    result: list[list[LogLine]] = []
+    frame: list[LogLine] = []
+    size = 0
+    for line in lines:
+        line_size = len(line.text) + len(line.replica) + _LINE_OVERHEAD
+        if frame and (len(frame) >= FRAME_MAX_LINES or size + line_size > FRAME_MAX_BYTES):
+            result.append(frame)
+            frame, size = [], 0
+        frame.append(line)
+        size += line_size
+    if frame:
+        result.append(frame)
+    return result
+
+
+# The frames of batches still alive, by the batch's id: an engine that hands one batch object to
+# every follower at the same cursor (the local engine does) gets it encoded once for them all.
+_encoded: dict[int, list[str]] = {}
+
+
+def encoded_frames(batch: LogBatch) -> list[str]:
+    """The `lines` messages of a batch, as JSON text; encoded once per batch object."""
+    key = id(batch)
+    messages = _encoded.get(key)
+    if messages is None:
+        messages = [
+            json.dumps({"type": "lines", "lines": [line_json(x) for x in f]})
+            for f in frames(batch.lines)
+        ]
+        _encoded[key] = messages
+        # Forgotten with the batch (before its id can be reused).
+        weakref.finalize(batch, _encoded.pop, key, None)
+    return messages
+
+
+@web.stream_request_body
+class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, JupyterHandler):
+    """Streamed, so that `prepare` sees the headers before any body: a handshake has none, and
+    one that declares a body is refused before it is read."""
+
+    auth_resource = "distrun"
+    _task: "asyncio.Task[None] | None" = None
+
+    @property
+    def app(self) -> "DistrunApp":
+        return cast("DistrunApp", self.extensionapp)
+
+    def prepare(self, *args: Any, **kwargs: Any) -> Any:
+        limit_body_size(self.request, 0)
+        return super().prepare(*args, **kwargs)
+
+    def data_received(self, chunk: bytes) -> None:
+        """Never called: the body limit is 0."""
+
+    @ws_authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        self._owner = self.app.owner_of(self.current_user)
+        await super().get(job_id)
+
+    def open(self, job_id: str) -> None:
+        super().open(job_id)
+        # Without it, Nagle's algorithm and delayed ACKs hold small frames back ~40 ms.
+        self.set_nodelay(True)
+        self._task = asyncio.create_task(self._stream(job_id))
+        self.app.track(self._task, self)
+
+    def on_message(self, message: str | bytes) -> None:
+        """The client sends nothing this server needs."""
+
+    def on_close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        # jupyter_server stops its ping timer only at the next ping, up to `ws_ping_interval`
+        # (30 s) later, and keeps it: the timer and the cycle through it kept this closed
+        # handler, its request and connection alive that long and then until a full GC.
+        if self.ping_callback is not None:
+            self.ping_callback.stop()
+            self.ping_callback = None
+        _forget_in_call_context(self)
+
+    def socket_nodelay(self) -> bool:
+        """Whether TCP_NODELAY is set on this connection's socket (for tests and diagnostics)."""
+        connection = self.ws_connection
+        stream = getattr(connection, "stream", None)
+        if stream is None or stream.socket is None:
+            return False
+        return bool(stream.socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+    async def _stream(self, job_id: str) -> None:
+        try:
+            # No local keeps the job `_open_follower` read: `_relay` swaps it for the engine's copy.
+            await self._relay(*await self._open_follower(job_id))
+            await self._send({"type": "end"})
+            self.close(1000)
+        except DistrunError as err:
+            await self._close_with_error(error_body(err), ws_close_code(err))
+        except (WebSocketClosedError, StreamClosedError):
+            pass  # the client went away; on_close has released everything else
+        except Exception:
+            self.log.exception("distrun log stream for %s failed", job_id)
+            await self._close_with_error({"message": "internal error"}, WS_CLOSE_INTERNAL_ERROR)
+
+    async def _open_follower(self, job_id: str) -> tuple[AsyncIterator[LogEvent], Job]:
+        """The engine's follower of the job, after its status has gone out."""
+        since = parse_since(self.get_argument("since", None))
+        wanted = parse_replicas(self.get_arguments("replica"))
+        engine, job = await self.app.registry.find_job(check_job_id(job_id), self._owner)
+        check_replicas(job, wanted)
+        await self._send_status(job)
+        follower = engine.follow(
+            job.id, self._owner, since=since, replicas=wanted, max_batch=FOLLOW_MAX_BATCH
+        )
+        return follower, job
+
+    async def _relay(self, follower: AsyncIterator[LogEvent], sent: Job) -> None:
+        async with _closing(follower) as events:
+            async for event in events:
+                if isinstance(event, LogBatch):
+                    for message in encoded_frames(event):
+                        await self.write_message(message)
+                elif isinstance(event, JobUpdate):
+                    if event.job != sent:
+                        await self._send_status(event.job)
+                    # The engine's copy, shared by every viewer of the job: a viewer keeps no
+                    # job of its own for as long as it follows (less for the GC to scan).
+                    sent = event.job
+
+    async def _send_status(self, job: Job) -> None:
+        await self._send({"type": "status", "job": job.to_json()})
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        await self.write_message(json.dumps(message))
+
+    async def _close_with_error(self, body: dict[str, Any], code: int) -> None:
+        try:
+            await self._send({"type": "error", **body})
+        except (WebSocketClosedError, StreamClosedError):
+            return
+        # Close reasons are limited to 123 bytes; the full message went in the frame.
+        self.close(code, body["message"].encode()[:120].decode(errors="ignore"))
+
+
+def _forget_in_call_context(handler: WebSocketHandler) -> None:
+    """Takes the handler out of jupyter_server's CallContext map of its request. Timers the
+    request made (tornado's and jupyter_server's pings) stay in asyncio's heap after they are
+    cancelled, until the loop purges them, and with them the context they were made in: through
+    that map, every closed handler would stay alive, with its request and connection, until then."""
+    # No public way reaches the map itself; without it (another jupyter_server) nothing breaks,
+    # closed handlers just live longer (the tests that free them with the GC off would say so).
+    names_var = getattr(CallContext, "_name_value_map", None)
+    names = names_var.get(None) if names_var is not None else None
+    if names is not None and names.get(CallContext.JUPYTER_HANDLER) is handler:
+        del names[CallContext.JUPYTER_HANDLER]
+
+
+@asynccontextmanager
+async def _closing(events: AsyncIterator[LogEvent]) -> AsyncIterator[AsyncIterator[LogEvent]]:
+    """Close the engine's follower as soon as the consumer stops, even when it is cancelled
+    between two events (an async generator left alone is closed only by the GC)."""
+    try:
+        yield events
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()

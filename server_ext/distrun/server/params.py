@@ -1,0 +1,64 @@
+"""The query parameters of the log endpoints, parsed and checked: a bad one is a SpecError
+that names the parameter and what to write instead."""
+
+import re
+
+from distrun.core.errors import SpecError
+from distrun.core.job import Job
+from distrun.core.logs import Cursor
+
+REPLICA_RE = re.compile(r"^[a-z][a-z0-9]*-[0-9]{1,6}\Z")
+MAX_TAIL = 100_000
+
+
+def parse_since(value: str | None) -> Cursor:
+    """`worker-0:10,master-0:0` -> {"worker-0": 10, "master-0": 0}; empty or absent -> {}."""
+    cursor: Cursor = {}
+    if not value:
+        return cursor
+    for item in value.split(","):
+        replica, colon, seq = item.partition(":")
+        if not (colon and REPLICA_RE.match(replica) and seq.isascii() and seq.isdigit()):
+            raise SpecError(
+                f"since item {item[:60]!r} is not valid; write replica:seq pairs separated by "
+                "commas, like worker-0:10,master-0:0",
+                field="since",
+            )
+        if replica in cursor:
+            raise SpecError(f"since names {replica} twice; name each replica once", field="since")
+        cursor[replica] = int(seq)
+    return cursor
+
+
+def parse_replicas(values: list[str]) -> set[str] | None:
+    """Repeated `replica=` arguments (each may also be a comma-separated list); none -> all."""
+    names = {name for value in values for name in value.split(",") if name}
+    for name in names:
+        if not REPLICA_RE.match(name):
+            raise SpecError(
+                f"replica {name[:60]!r} is not valid; write a replica name like worker-0",
+                field="replica",
+            )
+    return names or None
+
+
+def parse_int(value: str | None, name: str, default: int | None, low: int, high: int) -> int | None:
+    if value is None or value == "":
+        return default
+    if not (value.isascii() and value.isdigit()) or not low <= int(value) <= high:
+        raise SpecError(
+            f"{name} {value[:30]!r} is not valid; write a whole number from {low} to {high}",
+            field=name,
+        )
+    return int(value)
+
+
+def check_replicas(job: Job, wanted: set[str] | None) -> set[str] | None:
+    names = [replica.name for replica in job.replicas]
+    unknown = sorted((wanted or set()) - set(names))
+    if unknown:
+        raise SpecError(
+            f"job {job.id} has no replica {unknown[0]}; its replicas are {', '.join(names)}",
+            field="replica",
+        )
+    return wanted

@@ -1,0 +1,25 @@
+"""The extension's routes."""
+
+from tornado import web
+
+from distrun.server.handlers import (
+    CancelHandler,
+    EnginesHandler,
+    JobHandler,
+    JobsHandler,
+    LogsHandler,
+)
+from distrun.server.log_stream import LogStreamHandler
+
+
+def routes() -> list[tuple[str, type[web.RequestHandler]]]:
+    """The extension's routes, relative to the server's base URL."""
+    job = r"distrun/jobs/(?P<job_id>[^/]+)"
+    return [
+        (r"distrun/engines", EnginesHandler),
+        (r"distrun/jobs", JobsHandler),
+        (job, JobHandler),
+        (job + r"/cancel", CancelHandler),
+        (job + r"/logs", LogsHandler),
+        (job + r"/logs/stream", LogStreamHandler),
+    ]
