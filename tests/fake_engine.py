@@ -1,7 +1,8 @@
 """An in-memory Engine for the server's tests: `submit` creates a job; tests drive it with
-`emit(job_id, replica, *texts)`, `set_state(...)` and `finish(job_id)`.
+`emit(job_id, replica, *texts)`, `set_partial(job_id, replica, text)`, `set_state(...)` and
+`finish(job_id)`.
 
-It follows the protocol of engines/base.py: owners are enforced (another owner's job is
+It follows the protocol of engines/protocol.py: owners are enforced (another owner's job is
 NotFound), log seqs are gap-free per replica, `follow` is driven by its consumer and ends after
 the job is terminal and every line was yielded.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 
 from distrun.core.errors import DistrunError, LimitExceeded, NotFound
 from distrun.core.job import Job, JobState, ReplicaStatus
-from distrun.core.logs import Cursor, JobUpdate, LogBatch, LogEvent, LogLine
+from distrun.core.logs import Cursor, JobUpdate, LogBatch, LogEvent, LogLine, PartialUpdate
 from distrun.core.spec import JobSpec, Limits
 from distrun.engines.protocol import EngineInfo
 
@@ -28,6 +29,8 @@ class _Entry:
     job: Job
     lines: list[tuple[int, LogLine]] = field(default_factory=list)  # (capture order, line)
     version: int = 0
+    partials: dict[str, LogLine] = field(default_factory=dict)  # replica -> unfinished line
+    partial_version: int = 0
 
 
 class FakeEngine:
@@ -52,6 +55,17 @@ class FakeEngine:
         for offset, text in enumerate(texts):
             line = LogLine(replica, seq + offset, time.time(), text)
             entry.lines.append((next(self._order), line))
+        self._wake()
+
+    def set_partial(self, job_id: str, replica: str, text: str) -> None:
+        """The replica's unfinished line, with the seq its next line will have ("": none)."""
+        entry = self._entries[job_id]
+        seq = sum(1 for _, line in entry.lines if line.replica == replica)
+        if text:
+            entry.partials[replica] = LogLine(replica, seq, time.time(), text)
+        else:
+            entry.partials.pop(replica, None)
+        entry.partial_version += 1
         self._wake()
 
     def set_state(self, job_id: str, state: JobState, reason: str | None = None) -> None:
@@ -130,6 +144,12 @@ class FakeEngine:
     ) -> list[LogLine]:
         return self._after(self._owned(job_id, owner), since or {}, replicas, limit)
 
+    async def read_partials(
+        self, job_id: str, owner: str, *, replicas: set[str] | None = None
+    ) -> list[LogLine]:
+        entry = self._owned(job_id, owner)
+        return [p for r, p in entry.partials.items() if replicas is None or r in replicas]
+
     async def follow(
         self,
         job_id: str,
@@ -141,7 +161,7 @@ class FakeEngine:
     ) -> AsyncIterator[LogEvent]:
         self._owned(job_id, owner)
         cursor = dict(since or {})
-        seen_version = -1
+        seen_version = seen_partials = -1
         self.active_followers += 1
         follower = len(self.lines_followed)
         self.lines_followed.append(0)
@@ -159,6 +179,13 @@ class FakeEngine:
                     self.lines_followed[follower] += len(lines)
                     yield LogBatch(lines)
                     continue
+                if entry.partial_version != seen_partials:
+                    seen_partials = entry.partial_version
+                    shown = [
+                        p for r, p in entry.partials.items() if replicas is None or r in replicas
+                    ]
+                    if shown:
+                        yield PartialUpdate(shown)
                 if entry.job.state.terminal:
                     return
                 await changed.wait()

@@ -141,6 +141,20 @@ async def wait_for_pod(api: Any, namespace: str, name: str, check: Any, what: st
         await asyncio.sleep(0.2)
 
 
+async def end_pods(api: Any, namespace: str, names: list[str], exit_code: int = 0) -> None:
+    """The containers of running pods exit with `exit_code` (kwok plays it from the
+    annotation); returns once every pod reached its terminal phase."""
+    core = client.CoreV1Api(api)
+    body = {"metadata": {"annotations": {"kwok.distrun.test/exit-code": str(exit_code)}}}
+    for name in names:
+        await core.patch_namespaced_pod(name, namespace, body)
+    phase = "Succeeded" if exit_code == 0 else "Failed"
+    for name in names:
+        await wait_for_pod(
+            api, namespace, name, lambda pod: pod["status"].get("phase") == phase, phase
+        )
+
+
 async def set_container_status(
     api: Any, namespace: str, name: str, container_status: dict[str, Any], phase: str
 ) -> None:

@@ -16,7 +16,7 @@ from kubernetes_asyncio import client
 
 from distrun.core.errors import Forbidden, NotFound
 from distrun.core.job import Job, JobState
-from distrun.core.logs import JobUpdate, LogBatch, LogLine
+from distrun.core.logs import JobUpdate, LogBatch, LogLine, PartialUpdate
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.engine import KubeEngine
 from distrun.engines.kube.kubeflow import KubeflowEngine
@@ -65,6 +65,11 @@ async def eventually(read: Callable[[], Any], check: Callable[[Any], bool], what
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}; last value: {value!r}")
         await asyncio.sleep(0.2)
+
+
+async def now(value: Any) -> Any:
+    """`value`, for `eventually` to read what a test has collected so far."""
+    return value
 
 
 async def is_gone(read: Callable[[], Any]) -> bool:
@@ -359,6 +364,56 @@ async def test_follow_resumes_from_a_cursor_without_repeating(
         (9, "line 9"),
     ]
     assert [e.job.state for e in events if isinstance(e, JobUpdate)] == [JobState.SUCCEEDED]
+
+
+async def test_an_unfinished_line_is_followed_as_it_is_drawn_and_counts_once_finished(
+    kube_cluster: KubeCluster, engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
+) -> None:
+    """A progress bar the kubelet records in pieces (CRI partial entries) reaches a follower
+    as it grows, as a terminal shows it, with the seq it gets once its newline comes; REST reads
+    give it apart from the lines, and only the finished line counts."""
+    engine = engines["kubeflow"]
+    job, owner = await submit_pytorchjob(
+        engine, kube_admin, kube_namespace, roles={"worker": {"replicas": 0}}
+    )
+    log = await pytorch_pod(kube_cluster, kube_admin, owner, "master", lines=("before",))
+    events: list[Any] = []
+
+    async def consume() -> None:
+        async for event in engine.follow(job.id, "alice"):
+            events.append(event)
+
+    def partials() -> list[tuple[int, str]]:
+        return [(p.seq, p.text) for e in events if isinstance(e, PartialUpdate) for p in e.lines]
+
+    async def shown(text: str) -> None:
+        await eventually(lambda: now(partials()), lambda got: (1, text) in got, text)
+
+    follower = asyncio.create_task(consume())
+    try:
+        await eventually(lambda: now(lines_of(events)), bool, "the first line")
+        log.write("\x1b[32mEpoch\x1b[0m  10%|#", partial=True)
+        await shown("\x1b[32mEpoch\x1b[0m  10%|#")
+        log.write("\rEpoch  50%|#####", partial=True)
+        await shown("Epoch  50%|#####")
+        unfinished = await engine.read_partials(job.id, "alice")
+        assert [(p.replica, p.seq, p.text) for p in unfinished] == [
+            ("master-0", 1, "Epoch  50%|#####")
+        ]
+        assert [line.text for line in await engine.read_logs(job.id, "alice")] == ["before"]
+        log.write("\rEpoch 100%|##########", "after")
+        await eventually(lambda: now(lines_of(events)), lambda got: len(got) == 3, "3 lines")
+    finally:
+        follower.cancel()
+        await asyncio.gather(follower, return_exceptions=True)
+    raw = "\x1b[32mEpoch\x1b[0m  10%|#\rEpoch  50%|#####\rEpoch 100%|##########"
+    assert [(l.seq, l.text) for l in lines_of(events)] == [(0, "before"), (1, raw), (2, "after")]
+    assert all(seq == 1 for seq, _ in partials())
+    assert [(l.seq, l.text) for l in await engine.read_logs(job.id, "alice")] == [
+        (0, "before"),
+        (1, raw),
+        (2, "after"),
+    ]
 
 
 # --- cancel and delete ----------------------------------------------------------------------

@@ -2,6 +2,7 @@
 a job's processes through /proc."""
 
 import asyncio
+import codecs
 import gc
 import os
 import textwrap
@@ -15,12 +16,13 @@ from urllib.parse import quote
 from tornado.websocket import WebSocketClientConnection
 
 from distrun.core.job import Job
-from distrun.core.logs import JobUpdate, LogBatch, LogEvent, LogLine
+from distrun.core.logs import JobUpdate, LogBatch, LogEvent, LogLine, PartialUpdate
 from distrun.core.spec import JobSpec
+from distrun.core.terminal import visible_line
 from distrun.engines.local.engine import LocalEngine
 from tests.server_process import ServerProcess
 
-from .numbered_lines import line_text
+from .numbered_lines import line_bytes, line_text
 
 WAIT = 120.0  # generous: the machine may be loaded
 NUMBERED_LINES_CODE = (Path(__file__).parent / "numbered_lines.py").read_text()
@@ -46,7 +48,7 @@ async def follow_to_end(
             async for event in events:
                 if isinstance(event, LogBatch):
                     lines.extend(event.lines)
-                else:
+                elif isinstance(event, JobUpdate):
                     last = event.job
 
     await asyncio.wait_for(consume(), timeout)
@@ -81,7 +83,9 @@ async def read_all(events: AsyncIterator[LogEvent], checker: "SequenceChecker") 
     async for event in events:
         if isinstance(event, LogBatch):
             checker.check(event.lines)
-        else:
+        elif isinstance(event, PartialUpdate):
+            checker.check_partial(event.lines)
+        elif isinstance(event, JobUpdate):
             last = event.job
     return last
 
@@ -124,11 +128,14 @@ async def wait_until(check: Callable[[], Any], what: str, timeout: float = WAIT)
 
 class SequenceChecker:
     """Checks lines of `numbered_lines` replicas as they arrive: each replica's seqs gap-free
-    from 0 and never repeated, each text exactly the line the replica wrote."""
+    from 0 and never repeated, each text exactly the line the replica wrote; and unfinished
+    lines (partial updates): each for a line not received yet, showing a state the line went
+    through as a terminal shows it."""
 
     def __init__(self, replicas: Iterable[str]) -> None:
         self.next_seq = {replica: 0 for replica in replicas}
         self.received = 0
+        self.partials = 0  # unfinished-line updates that showed text
 
     def check(self, lines: list[LogLine]) -> None:
         for line in lines:
@@ -144,8 +151,36 @@ class SequenceChecker:
             self.next_seq[line.replica] = expected + 1
         self.received += len(lines)
 
+    def check_partial(self, lines: list[LogLine]) -> None:
+        for line in lines:
+            expected = self.next_seq[line.replica]
+            assert line.seq >= expected, (
+                f"{line.replica}: an unfinished line has seq {line.seq}, but {expected - 1} "
+                "was already received finished"
+            )
+            if line.text:
+                assert shown_while_written(line.replica, line.seq, line.text), (
+                    f"{line.replica} unfinished line {line.seq} shows {line.text[:200]!r}, "
+                    "which the line never showed"
+                )
+                self.partials += 1
+
     def cursor(self) -> dict[str, int]:
         return dict(self.next_seq)
+
+
+def shown_while_written(replica: str, seq: int, shown: str) -> bool:
+    """Whether a terminal showed `shown` of line `seq` at some point while it was written."""
+    raw = line_bytes(replica, seq)
+    if b"\r" not in raw:  # written left to right: every state is a beginning of the line
+        return visible_line(line_text(replica, seq)).startswith(shown)
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    text = ""
+    for byte in raw:
+        text += decoder.decode(bytes([byte]))
+        if visible_line(text) == shown:
+            return True
+    return False
 
 
 def processes_of_job(job_id: str) -> list[int]:

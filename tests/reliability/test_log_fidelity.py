@@ -1,6 +1,9 @@
 """Nothing lost: every line of every replica reaches a reader exactly once and in order, whatever
 the replicas write and however often the reader disconnects or the server is replaced.
 
+Unfinished lines (progress bars being redrawn) reach the reader as partial updates between
+the lines: each for a line not received yet, never shifting or repeating a finished line's seq.
+
 `DISTRUN_FIDELITY_LINES` sets the lines per replica (200,000 by default, as issue 6 asks);
 `DISTRUN_FIDELITY_SEED` replays a run (the seed is in every failure message).
 """
@@ -14,10 +17,11 @@ from contextlib import aclosing
 import pytest
 
 from distrun.core.job import Job, JobState
-from distrun.core.logs import LogBatch
+from distrun.core.logs import JobUpdate, LogBatch, PartialUpdate
 from distrun.engines.local.engine import LocalEngine
 
 from .helpers import NUMBERED_LINES_CODE, WAIT, EngineFactory, SequenceChecker, spec
+from .numbered_lines import BAR_EVERY
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +59,9 @@ async def test_eight_flat_out_replicas_reach_a_resuming_reader_exactly_once_acro
                     checker.check(event.lines)
                     if stop is not None and checker.received >= stop:
                         break
-                else:
+                elif isinstance(event, PartialUpdate):
+                    checker.check_partial(event.lines)
+                elif isinstance(event, JobUpdate):
                     last = event.job
         if stop is None:
             break
@@ -73,4 +79,6 @@ async def test_eight_flat_out_replicas_reach_a_resuming_reader_exactly_once_acro
     )
     assert last.state == JobState.SUCCEEDED, f"{last.reason} (seed {seed})"
     assert checker.next_seq == dict.fromkeys(replicas, LINES_PER_REPLICA), f"seed {seed}"
+    if LINES_PER_REPLICA > BAR_EVERY:  # progress bars were drawn: their states were seen
+        assert checker.partials > 0, f"no unfinished line was seen (seed {seed})"
     assert checker.received == total

@@ -24,6 +24,7 @@ from distrun.core.logs import LogLine
 from tests.server_process import ServerProcess
 
 from .helpers import NUMBERED_LINES_CODE, WAIT, SequenceChecker, cursor_query, log_stream, submit
+from .numbered_lines import BAR_EVERY
 
 pytestmark = pytest.mark.integration
 
@@ -77,6 +78,8 @@ async def test_a_websocket_reader_gets_every_line_once_across_resumes_and_a_serv
             event = json.loads(message)
             if event["type"] == "lines":
                 checker.check(to_lines(event["lines"]))
+            elif event["type"] == "partial":
+                checker.check_partial(to_lines(event["lines"]))
             elif event["type"] == "end":
                 ended = True
             assert event["type"] != "error", f"{event} (seed {seed})"
@@ -98,6 +101,8 @@ async def test_a_websocket_reader_gets_every_line_once_across_resumes_and_a_serv
         f"resumes and a server kill, seed {seed}"
     )
     assert ended, f"no end message (seed {seed})"
+    if WEBSOCKET_LINES > BAR_EVERY:
+        assert checker.partials > 0, f"no unfinished line was seen (seed {seed})"
     assert checker.next_seq == dict.fromkeys(checker.next_seq, WEBSOCKET_LINES), f"seed {seed}"
     status, final = await server.request("GET", f"/distrun/jobs/{job['id']}")
     assert (status, final["state"]) == (200, "succeeded")
@@ -119,6 +124,7 @@ async def test_paging_the_rest_log_endpoint_gets_every_line_once_across_a_server
         status, page = await server.request("GET", f"{path}&since={cursor_query(checker.cursor())}")
         assert status == 200, page
         checker.check(to_lines(page["lines"]))
+        checker.check_partial(to_lines(page["partial"]))
         assert page["next"] == checker.cursor()
         pages += 1
         if pages == kill_after_pages:

@@ -120,6 +120,7 @@ def stream_schema(name: str) -> OAS31Validator:
 async def test_websocket_messages_match_the_documented_schemas(api, jp_ws_fetch, fake_engine):
     job = await api("jobs", method="POST", body={"spec": SPEC})
     fake_engine.emit(job["id"], "master-0", "one", "two")
+    fake_engine.set_partial(job["id"], "master-0", "three, unfinished")
     fake_engine.finish(job["id"], JobState.FAILED)
     ws = await jp_ws_fetch("distrun", "jobs", job["id"], "logs", "stream")
     messages = []
@@ -128,8 +129,8 @@ async def test_websocket_messages_match_the_documented_schemas(api, jp_ws_fetch,
     bad = await jp_ws_fetch("distrun", "jobs", "nope-00000", "logs", "stream")
     messages.append(json.loads(await bad.read_message()))
     schemas = {"status": "StreamStatus", "lines": "StreamLines", "end": "StreamEnd"}
-    schemas["error"] = "StreamError"
-    assert [m["type"] for m in messages] == ["status", "lines", "end", "error"]
+    schemas |= {"partial": "StreamPartial", "error": "StreamError"}
+    assert [m["type"] for m in messages] == ["status", "lines", "partial", "end", "error"]
     for message in messages:
         stream_schema(schemas[message["type"]]).validate(message)
 

@@ -228,6 +228,24 @@ async def test_logs_text_streams_logs_longer_than_one_engine_page(jp_fetch, api,
     assert response.body.decode().splitlines() == [str(i) for i in range(25_000)]
 
 
+async def test_logs_give_each_unfinished_line_apart_from_the_lines(jp_fetch, api, fake_engine):
+    job = await submit(api)
+    fake_engine.emit(job["id"], "worker-0", "done")
+    fake_engine.set_partial(job["id"], "worker-0", "loading  40%|####")
+    page = await api("jobs", job["id"], "logs", params={"format": "json"})
+    assert [line[3] for line in page["lines"]] == ["done"]
+    assert page["next"]["worker-0"] == 1  # the unfinished line does not count
+    assert [line[:2] + line[3:] for line in page["partial"]] == [
+        ["worker-0", 1, "loading  40%|####"]
+    ]
+    without = await api("jobs", job["id"], "logs", params={"format": "json", "partial": "0"})
+    assert without["partial"] == []
+    text = await jp_fetch("distrun", "jobs", job["id"], "logs")
+    assert text.body.decode() == "worker-0 | done\n"  # as a download: lines only
+    both = await jp_fetch("distrun", "jobs", job["id"], "logs", params={"partial": "1"})
+    assert both.body.decode() == "worker-0 | done\nworker-0 | loading  40%|####\n"
+
+
 @pytest.mark.parametrize(
     ("params", "field"),
     [
@@ -241,6 +259,7 @@ async def test_logs_text_streams_logs_longer_than_one_engine_page(jp_fetch, api,
         ({"replica": "worker-7"}, "replica"),
         ({"replica": "../etc"}, "replica"),
         ({"limit": "0"}, "limit"),
+        ({"partial": "yes"}, "partial"),
     ],
 )
 async def test_malformed_log_query_is_400_naming_the_parameter(api, params, field):

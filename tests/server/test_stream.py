@@ -288,3 +288,24 @@ async def test_a_client_that_stops_reading_holds_back_only_its_own_follower(
     assert len(distrun_app.streams) == 1
     stalled.close()
     await eventually(lambda: fake_engine.active_followers == 0 and not distrun_app.streams)
+
+
+async def test_an_unfinished_line_goes_out_as_a_partial_message_that_is_no_line(
+    api, jp_ws_fetch, fake_engine: FakeEngine
+):
+    job_id = await submit(api)
+    ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+    assert (await receive(ws) or {})["type"] == "status"
+    fake_engine.emit(job_id, "worker-0", "before")
+    assert texts([await receive(ws) or {}]) == ["before"]
+    fake_engine.set_partial(job_id, "worker-0", "Epoch 1:  50%|#####")
+    assert await receive(ws) == {
+        "type": "partial",
+        "lines": [["worker-0", 1, ANY_TIME, "Epoch 1:  50%|#####"]],
+    }
+    fake_engine.emit(job_id, "worker-0", "Epoch 1: 100%|##########")
+    fake_engine.set_partial(job_id, "worker-0", "")
+    fake_engine.finish(job_id)
+    rest = await receive_all(ws)
+    assert texts(rest) == ["Epoch 1: 100%|##########"]
+    assert ws.close_code == 1000

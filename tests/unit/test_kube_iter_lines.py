@@ -3,7 +3,7 @@
 import random
 from collections.abc import AsyncIterator
 
-from distrun.engines.kube.client import iter_lines
+from distrun.engines.kube.client import StreamedLines, iter_lines
 
 
 class ChunkedResponse:
@@ -50,3 +50,19 @@ async def test_a_line_that_never_ends_holds_only_max_line_bytes() -> None:
     progress = [b"\r[" + b"#" * (i % 50) + b"]" for i in range(20_000)]  # ~560 KB, no newline
     got = await lines_of(progress, max_line=1_000)
     assert got == [b"".join(progress)[:1_000]]
+
+
+async def test_the_line_being_written_is_readable_as_it_grows() -> None:
+    seen: list[bytes] = []
+    response = ChunkedResponse([b"done\nloading 1", b"0%", b"\rloading 20%\nnext"])
+    lines = StreamedLines(response, on_unfinished=lambda: seen.append(lines.unfinished()))
+    assert [line async for line in lines] == [b"done", b"loading 10%\rloading 20%"]
+    assert seen == [b"loading 1", b"loading 10%", b"next"]
+    assert lines.unfinished() == b"next"  # not a line: the stream ended before its newline
+
+
+async def test_past_max_line_the_newest_redraw_of_an_endless_bar_stays_readable() -> None:
+    draws = [b"\r[" + b"#" * (i % 50) + b"]" for i in range(2_000)]  # no newline
+    lines = StreamedLines(ChunkedResponse(draws), max_line=1_000)
+    assert [line async for line in lines] == []
+    assert lines.unfinished() == b"".join(draws)[:1_000] + draws[-1]

@@ -161,6 +161,9 @@ def test_split_log_keeps_a_last_line_without_newline() -> None:
     assert split_log(b"a\nb\n") == [b"a", b"b"]
     assert split_log(b"a\nb") == [b"a", b"b"]
     assert split_log(b"") == []
+    # Before the container ended, the text after the last newline is still being written.
+    assert split_log(b"a\nb", ended=False) == [b"a"]
+    assert split_log(b"a\nb\n", ended=False) == [b"a", b"b"]
 
 
 def test_ledger_gives_each_instance_the_lines_of_the_earlier_ones() -> None:

@@ -18,12 +18,28 @@ class LogBatch:
     lines: list[LogLine]
 
 
+# How much of an unfinished line readers are shown (its beginning): a progress bar is short, and
+# every follower holds the newest unfinished line of each replica it follows.
+PARTIAL_MAX_CHARS = 16 * 1024
+
+
+@dataclass(frozen=True)
+class PartialUpdate:
+    """Replicas' unfinished lines (a progress bar being redrawn), as a terminal shows them now.
+    Each carries the seq the line will have once finished, and is replaced by that line; an
+    empty text means the replica has no unfinished line any more. Not a line: readers do not
+    count it, and a resume's `since` is unaffected by it. Its text is at most PARTIAL_MAX_CHARS
+    long."""
+
+    lines: list[LogLine]
+
+
 @dataclass(frozen=True)
 class JobUpdate:
     job: Job
 
 
-LogEvent = LogBatch | JobUpdate
+LogEvent = LogBatch | JobUpdate | PartialUpdate
 
 # Where a reader resumes: replica name -> the next seq it wants. Missing replicas start at 0.
 Cursor = dict[str, int]

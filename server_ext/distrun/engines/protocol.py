@@ -59,6 +59,12 @@ class Engine(Protocol):
         """Up to `limit` lines after `since`, ordered by capture time across replicas."""
         ...
 
+    async def read_partials(
+        self, job_id: str, owner: str, *, replicas: set[str] | None = None
+    ) -> list[LogLine]:
+        """Each replica's unfinished line as it stands (replicas with none are left out)."""
+        ...
+
     def follow(
         self,
         job_id: str,
@@ -69,8 +75,9 @@ class Engine(Protocol):
         max_batch: int = 5_000,
     ) -> AsyncIterator[LogEvent]:
         """Every line after `since`, then new ones as they come, with a JobUpdate on each change
-        of status. Reading is driven by the consumer: a slow consumer slows only itself and the
-        engine buffers nothing for it. Ends after the job is terminal and every line is sent."""
+        of status and a PartialUpdate when a replica's unfinished line changes. Reading is
+        driven by the consumer: a slow consumer slows only itself and the engine buffers
+        nothing for it. Ends after the job is terminal and every line is sent."""
         ...
 
     async def close(self) -> None:

@@ -8,7 +8,7 @@ user never sees another's jobs. Domain errors become HTTP in http_errors.py.
 import asyncio
 import json
 from collections import deque
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from jupyter_server.auth.decorator import authorized
@@ -28,7 +28,14 @@ from distrun.core.spec import CLEAN_POD_POLICIES, RESTART_POLICIES, JobSpec
 from distrun.engines.protocol import Engine, EngineInfo
 from distrun.server.cellfiles import read_cell_files
 from distrun.server.http_errors import DomainErrorHandler
-from distrun.server.params import MAX_TAIL, check_replicas, parse_int, parse_replicas, parse_since
+from distrun.server.params import (
+    MAX_TAIL,
+    check_replicas,
+    parse_flag,
+    parse_int,
+    parse_replicas,
+    parse_since,
+)
 
 if TYPE_CHECKING:
     from distrun.server.app import DistrunApp
@@ -242,50 +249,78 @@ class CancelHandler(DistrunHandler):
         self.finish((await engine.cancel(job.id, self.owner)).to_json())
 
 
+@dataclass(frozen=True)
+class _LogQuery:
+    """The query of a log read, checked."""
+
+    replicas: list[str]
+    since: Cursor
+    tail: int | None
+    limit: int
+    output: str  # "text" or "json"
+    prefix: bool
+    partial: bool  # whether each replica's unfinished line comes too
+
+    @classmethod
+    def parse(cls, handler: "LogsHandler", job: Job) -> "_LogQuery":
+        wanted = check_replicas(job, parse_replicas(handler.get_arguments("replica")))
+        output = handler.get_argument("format", "text")
+        if output not in ("text", "json"):
+            raise SpecError(
+                f"format {output[:30]!r} is not valid; write text or json", field="format"
+            )
+        # Unfinished lines: in JSON unless partial=0, in text only with partial=1.
+        partial = parse_flag(handler.get_argument("partial", None), "partial")
+        return cls(
+            replicas=sorted(wanted) if wanted else [replica.name for replica in job.replicas],
+            since=parse_since(handler.get_argument("since", None)),
+            tail=parse_int(handler.get_argument("tail", None), "tail", None, 0, MAX_TAIL),
+            limit=parse_int(handler.get_argument("limit", None), "limit", PAGE_LINES, 1, PAGE_LINES)
+            or PAGE_LINES,
+            output=output,
+            prefix=handler.get_argument("prefix", "1") != "0",
+            partial=partial is not False if output == "json" else partial is True,
+        )
+
+
 class LogsHandler(DistrunHandler):
     @web.authenticated
     @authorized
     async def get(self, job_id: str) -> None:
         engine, job = await self.app.registry.find_job(check_job_id(job_id), self.owner)
-        wanted = check_replicas(job, parse_replicas(self.get_arguments("replica")))
-        replicas = sorted(wanted) if wanted else [replica.name for replica in job.replicas]
-        since = parse_since(self.get_argument("since", None))
-        tail = parse_int(self.get_argument("tail", None), "tail", None, 0, MAX_TAIL)
-        limit = parse_int(self.get_argument("limit", None), "limit", PAGE_LINES, 1, PAGE_LINES)
-        output = self.get_argument("format", "text")
-        if output not in ("text", "json"):
-            raise SpecError(
-                f"format {output[:30]!r} is not valid; write text or json", field="format"
-            )
-        prefix = self.get_argument("prefix", "1") != "0"
+        query = _LogQuery.parse(self, job)
         reader = _LogReader(engine, job.id, self.owner)
-        if tail is not None:
-            lines, cursor = await reader.tail(replicas, since, tail)
-        elif output == "json":
-            lines = await reader.page(set(replicas), since, limit or PAGE_LINES)
-            cursor = next_cursor(since, replicas, lines)
+        if query.tail is not None:
+            lines, cursor = await reader.tail(query.replicas, query.since, query.tail)
+        elif query.output == "json":
+            lines = await reader.page(set(query.replicas), query.since, query.limit)
+            cursor = next_cursor(query.since, query.replicas, lines)
         else:
-            await self._stream_text(reader, set(replicas), since, prefix)
+            await self._stream_text(reader, query)
             return
-        if output == "json":
-            self.finish({"lines": [line_json(line) for line in lines], "next": cursor})
+        partials = await reader.partials(set(query.replicas), cursor) if query.partial else []
+        if query.output == "json":
+            body = {"lines": [line_json(line) for line in lines], "next": cursor}
+            self.finish({**body, "partial": [line_json(line) for line in partials]})
         else:
-            self.finish(_text(lines, prefix), set_content_type=TEXT_CONTENT_TYPE)
+            text = _text(lines + partials, query.prefix)
+            self.finish(text, set_content_type=TEXT_CONTENT_TYPE)
 
-    async def _stream_text(
-        self, reader: "_LogReader", replicas: set[str], since: Cursor, prefix: bool
-    ) -> None:
+    async def _stream_text(self, reader: "_LogReader", query: _LogQuery) -> None:
         """Every line after `since`, page by page, so memory stays bounded however long the log."""
         self.set_header("Content-Type", TEXT_CONTENT_TYPE)
-        cursor = dict(since)
+        replicas = set(query.replicas)
+        cursor = dict(query.since)
         while True:
             lines = await reader.page(replicas, cursor, PAGE_LINES)
             if lines:
-                self.write(_text(lines, prefix))
+                self.write(_text(lines, query.prefix))
                 await self.flush()
+            cursor = next_cursor(cursor, query.replicas, lines)
             if len(lines) < PAGE_LINES:
                 break
-            cursor = next_cursor(cursor, list(replicas), lines)
+        if query.partial:
+            self.write(_text(await reader.partials(replicas, cursor), query.prefix))
         self.finish(set_content_type=TEXT_CONTENT_TYPE)
 
 
@@ -298,6 +333,11 @@ def _text(lines: list[LogLine], prefix: bool) -> str:
 class _LogReader:
     def __init__(self, engine: Engine, job_id: str, owner: str) -> None:
         self.engine, self.job_id, self.owner = engine, job_id, owner
+
+    async def partials(self, replicas: set[str], after: Cursor) -> list[LogLine]:
+        """The replicas' unfinished lines that come after `after`."""
+        found = await self.engine.read_partials(self.job_id, self.owner, replicas=replicas)
+        return [line for line in found if line.seq >= after.get(line.replica, 0)]
 
     async def page(self, replicas: set[str], since: Cursor, limit: int) -> list[LogLine]:
         return await self.engine.read_logs(

@@ -3,8 +3,10 @@
 One task per connection consumes `engine.follow(...)` and awaits every `write_message`, so a
 slow client slows only its own follower and the server holds at most one batch for it. Lines
 are sent as soon as they are read; under load each read brings many lines, which go out in
-frames of at most `FRAME_MAX_LINES` lines / about `FRAME_MAX_BYTES` bytes. Closing the socket
-cancels the task, which closes the follower.
+frames of at most `FRAME_MAX_LINES` lines / about `FRAME_MAX_BYTES` bytes. A replica's
+unfinished line (a progress bar being redrawn) goes out as a `partial` message whenever it
+changes, a few times a second at most. Closing the socket cancels the task, which closes the
+follower.
 """
 
 import asyncio
@@ -27,7 +29,7 @@ from tornado.websocket import WebSocketClosedError, WebSocketHandler
 from distrun.core.errors import DistrunError
 from distrun.core.job import Job
 from distrun.core.jobids import check_job_id
-from distrun.core.logs import JobUpdate, LogBatch, LogEvent, LogLine
+from distrun.core.logs import JobUpdate, LogBatch, LogEvent, LogLine, PartialUpdate
 from distrun.server.handlers import limit_body_size, line_json
 from distrun.server.http_errors import WS_CLOSE_INTERNAL_ERROR, error_body, ws_close_code
 from distrun.server.params import check_replicas, parse_replicas, parse_since
@@ -166,6 +168,10 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
                 if isinstance(event, LogBatch):
                     for message in encoded_frames(event):
                         await self.write_message(message)
+                elif isinstance(event, PartialUpdate):
+                    await self._send(
+                        {"type": "partial", "lines": [line_json(x) for x in event.lines]}
+                    )
                 elif isinstance(event, JobUpdate):
                     if event.job != sent:
                         await self._send_status(event.job)

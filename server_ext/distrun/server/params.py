@@ -53,6 +53,17 @@ def parse_int(value: str | None, name: str, default: int | None, low: int, high:
     return int(value)
 
 
+def parse_flag(value: str | None, name: str) -> bool | None:
+    """`1`/`true` or `0`/`false`; None when absent."""
+    if value is None or value == "":
+        return None
+    if value in ("1", "true"):
+        return True
+    if value in ("0", "false"):
+        return False
+    raise SpecError(f"{name} {value[:30]!r} is not valid; write 1 or 0", field=name)
+
+
 def check_replicas(job: Job, wanted: set[str] | None) -> set[str] | None:
     names = [replica.name for replica in job.replicas]
     unknown = sorted((wanted or set()) - set(names))

@@ -10,7 +10,7 @@ import copy
 import json
 import os
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,11 +198,22 @@ class KubeApi:
             response.release()
 
     @contextlib.asynccontextmanager
-    async def stream_log(self, namespace: str, pod: str, container: str) -> AsyncIterator[Any]:
-        """The live log response (`follow=True`); iterate it with `iter_lines`."""
-        what = f"follow the log of pod {pod}"
+    async def stream_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        *,
+        follow: bool = True,
+        previous: bool = False,
+    ) -> AsyncIterator[Any]:
+        """The log response, read as it arrives (live with `follow`, else to its end): iterate
+        it with `StreamedLines`. A slow reader holds the socket back, not the log in memory."""
+        what = f"{'follow' if follow else 'read'} the log of pod {pod}"
         method = self._apis(streaming=True)[0].read_namespaced_pod_log
-        kwargs = {"container": container, "timestamps": True, "follow": True}
+        kwargs = {"container": container, "timestamps": True, "follow": follow}
+        if previous:
+            kwargs["previous"] = True
         response = await self._raw(what, method, pod, namespace, **kwargs)
         bound_read_buffer(response.content, LOG_STREAM_BUFFER)
         try:
@@ -296,28 +307,70 @@ def bound_read_buffer(reader: Any, limit: int) -> None:
         reader._low_water_chunks, reader._high_water_chunks = chunks // 2, chunks
 
 
-async def iter_lines(response: Any, max_line: int | None = None) -> AsyncIterator[bytes]:
-    """The lines of a streamed response without the newline; a last line without a newline is
-    yielded when the stream ends. With `max_line`, a line keeps only its first `max_line`
-    bytes and the rest is dropped as it arrives, so a line that never ends (a progress bar
-    redrawn with carriage returns) holds no more than that."""
-    parts: list[bytes] = []
-    size = 0
+class StreamedLines:
+    """The lines of a streamed response (a followed log) without their newline, with the line
+    still being written readable at any time (`unfinished()`: a progress bar being redrawn).
 
-    def keep(piece: bytes) -> None:
-        nonlocal size
-        if max_line is not None:
-            piece = piece[: max(0, max_line - size)]
+    With `max_line`, a line keeps only its first `max_line` bytes as it arrives, so a line that
+    never ends holds no more than that; of what comes past that, only the newest redraw (the
+    bytes from its last carriage return) is kept, for `unfinished()`. `on_unfinished` is called
+    whenever a chunk leaves an unfinished line behind. A line cut off by the stream's end is not
+    yielded: whether it was finished only the whole log tells."""
+
+    def __init__(
+        self,
+        response: Any,
+        max_line: int | None = None,
+        on_unfinished: Callable[[], None] | None = None,
+    ) -> None:
+        self._response = response
+        self._max = max_line
+        self._on_unfinished = on_unfinished
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._redraw = bytearray()  # past max_line: the newest redraw
+
+    def unfinished(self) -> bytes:
+        return b"".join(self._parts) + bytes(self._redraw)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._response.content.iter_any():
+            start = 0
+            while (end := chunk.find(b"\n", start)) >= 0:
+                self._keep(chunk[start:end])
+                yield b"".join(self._parts)
+                self._parts, self._size, start = [], 0, end + 1
+                self._redraw.clear()
+            self._keep(chunk[start:])
+            if self._parts and self._on_unfinished is not None:
+                self._on_unfinished()
+
+    def _keep(self, piece: bytes) -> None:
+        if self._max is not None and self._size + len(piece) > self._max:
+            room = max(0, self._max - self._size)
+            self._keep_redraw(piece[room:])
+            piece = piece[:room]
         if piece:
-            parts.append(piece)
-            size += len(piece)
+            self._parts.append(piece)
+            self._size += len(piece)
 
-    async for chunk in response.content.iter_any():
-        start = 0
-        while (end := chunk.find(b"\n", start)) >= 0:
-            keep(chunk[start:end])
-            yield b"".join(parts)
-            parts, size, start = [], 0, end + 1
-        keep(chunk[start:])
-    if parts:
-        yield b"".join(parts)
+    def _keep_redraw(self, past: bytes) -> None:
+        assert self._max is not None
+        carriage = past.rfind(b"\r")
+        if carriage >= 0:
+            self._redraw[:] = past[carriage:]
+        else:
+            self._redraw += past
+        del self._redraw[: max(0, len(self._redraw) - self._max)]
+
+
+async def iter_lines(response: Any, max_line: int | None = None) -> AsyncIterator[bytes]:
+    """The lines of a streamed response (a watch) without the newline; a last line without a
+    newline is yielded when the stream ends. With `max_line`, a line keeps only its first
+    `max_line` bytes."""
+    lines = StreamedLines(response, max_line)
+    async for line in lines:
+        yield line
+    rest = lines.unfinished()
+    if rest:
+        yield rest[:max_line]

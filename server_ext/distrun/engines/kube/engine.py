@@ -27,7 +27,7 @@ from distrun.core.errors import (
     SpecError,
 )
 from distrun.core.job import Job, JobState, ReplicaStatus
-from distrun.core.logs import Cursor, JobUpdate, LogBatch, LogEvent, LogLine
+from distrun.core.logs import Cursor, JobUpdate, LogBatch, LogEvent, LogLine, PartialUpdate
 from distrun.core.spec import JobSpec, Limits, Resources, RoleSpec
 from distrun.engines.cursors import selected_replicas, start_seqs
 from distrun.engines.kube.client import (
@@ -47,6 +47,7 @@ from distrun.engines.kube.logs import (
     parse_line,
     parse_time,
     read_replica,
+    read_unfinished,
     split_log,
 )
 from distrun.engines.kube.manifests.common import (
@@ -313,6 +314,22 @@ class KubeEngine:
         lines.sort(key=lambda line: line.time)
         return lines[:limit]
 
+    async def read_partials(
+        self, job_id: str, owner: str, *, replicas: set[str] | None = None
+    ) -> list[LogLine]:
+        api = await self.api()
+        obj, spec = await self._get_owned(api, job_id, owner)
+        names = selected_replicas(job_id, spec.replica_names(), replicas)
+        pods = await self._pods(api, obj, spec)
+        ctx = self._log_context(api, obj)
+        await ctx.ledger.load()
+        found = []
+        for name in names:
+            if name in pods:
+                instance = current_instance(name, pods[name], self.container_name(spec))
+                found.append(await read_unfinished(ctx, instance))
+        return [line for line in found if line is not None]
+
     async def follow(
         self,
         job_id: str,
@@ -480,10 +497,16 @@ class _Follow:
         self.gone = False
         self.changed = asyncio.Event()
         self.queue: asyncio.Queue[LogLine] = asyncio.Queue(maxsize=max(1000, max_batch))
+        # Unfinished lines not passed on yet (the newest per replica), and each replica's next
+        # seq passed on: an unfinished line its finished line overtook is dropped.
+        self.partials: dict[str, LogLine] = {}
+        self.next_seqs = dict(starts)
         ctx = engine._log_context(api, obj)
         container = engine.container_name(spec)
         self.followers = {
-            name: ReplicaFollower(ctx, name, container, starts[name], self.queue.put)
+            name: ReplicaFollower(
+                ctx, name, container, starts[name], self.queue.put, self._partial_changed
+            )
             for name in names
         }
         self.follower_tasks: list[asyncio.Task[None]] = []
@@ -515,6 +538,10 @@ class _Follow:
             batch = self._drain()
             if batch:
                 yield LogBatch(batch)
+            partials = self._take_partials()
+            if partials:
+                yield PartialUpdate(partials)
+            if batch:
                 continue
             if finishing and all(task.done() for task in self.follower_tasks):
                 if self.queue.empty():
@@ -522,6 +549,7 @@ class _Follow:
                 continue
             first = await self._wait()
             if first is not None:
+                self.next_seqs[first.replica] = first.seq + 1
                 yield LogBatch([first, *self._drain(self.max_batch - 1)])
 
     async def stop(self) -> None:
@@ -563,8 +591,19 @@ class _Follow:
         lines: list[LogLine] = []
         limit = self.max_batch if limit is None else limit
         while len(lines) < limit and not self.queue.empty():
-            lines.append(self.queue.get_nowait())
+            line = self.queue.get_nowait()
+            self.next_seqs[line.replica] = line.seq + 1
+            lines.append(line)
         return lines
+
+    def _partial_changed(self, line: LogLine) -> None:
+        self.partials[line.replica] = line
+        self._notify()
+
+    def _take_partials(self) -> list[LogLine]:
+        taken = [p for p in self.partials.values() if p.seq >= self.next_seqs[p.replica]]
+        self.partials.clear()
+        return taken
 
     async def _wait(self) -> LogLine | None:
         """A line, or None when the job, a pod or a follower changed (or a while passed)."""

@@ -15,6 +15,7 @@ counted as the lines that were seen of it (none if none).
 """
 
 import asyncio
+import codecs
 import contextlib
 import datetime
 import json
@@ -26,12 +27,16 @@ from typing import Any
 import aiohttp
 
 from distrun.core.errors import Conflict, DistrunError, NotFound
-from distrun.core.logs import LogLine
-from distrun.engines.kube.client import CONFIGMAPS, KubeApi, iter_lines
+from distrun.core.logs import PARTIAL_MAX_CHARS, LogLine
+from distrun.core.terminal import visible_line
+from distrun.engines.kube.client import CONFIGMAPS, KubeApi, StreamedLines
 
 LEDGER_ANNOTATION = "distrun.io/log-ledger"
 Ledger = dict[str, list[list[Any]]]  # replica -> [[instance key, lines], ...] in order
 Emit = Callable[[LogLine], Awaitable[None]]
+EmitPartial = Callable[[LogLine], None]
+# How often at most a replica's unfinished line is passed on (as the local engine records it).
+PARTIAL_INTERVAL = 0.25
 _LEDGER_RETRIES = 8
 # Bytes before a line's text read with timestamps=True: "2024-01-02T03:04:05.123456789Z ".
 TIMESTAMP_ROOM = 64
@@ -56,6 +61,19 @@ def parse_line(raw: bytes, max_bytes: int) -> tuple[float, str]:
     return when, rest.decode("utf-8", "replace").removesuffix("\r")
 
 
+def parse_unfinished(raw: bytes) -> tuple[float, str]:
+    """(epoch seconds, text as a terminal shows it) of a line still being written; a character
+    cut at its end waits for its other bytes."""
+    stamp, separator, rest = raw.partition(b" ")
+    if not separator:  # its timestamp is still arriving: nothing of the text yet
+        return time.time(), ""
+    when = parse_time(stamp.decode("ascii", "replace"))
+    if when is None:
+        when, rest = time.time(), raw
+    text = visible_line(codecs.getincrementaldecoder("utf-8")("replace").decode(rest))
+    return when, text[:PARTIAL_MAX_CHARS]
+
+
 def parse_time(stamp: str) -> float | None:
     """Epoch seconds of an RFC 3339 time with up to nanoseconds, or None."""
     if not stamp.endswith("Z"):
@@ -69,9 +87,18 @@ def parse_time(stamp: str) -> float | None:
     return moment.timestamp() + int(digits) / 1_000_000
 
 
-def split_log(data: bytes) -> list[bytes]:
+def split_log(data: bytes, *, ended: bool = True) -> list[bytes]:
+    """The lines of a container's log. The text after the last newline is a line only once the
+    container ended; before, it is the line still being written (`unfinished_line`)."""
     lines = data.split(b"\n")
-    return lines[:-1] if lines and lines[-1] == b"" else lines
+    if lines and (lines[-1] == b"" or not ended):
+        lines.pop()
+    return lines
+
+
+def unfinished_line(data: bytes) -> bytes:
+    """The text after the log's last newline: the line a running container is writing."""
+    return data[data.rfind(b"\n") + 1 :]
 
 
 def read_ledger(configmap: dict[str, Any]) -> Ledger:
@@ -201,15 +228,21 @@ class LogContext:
     max_line_bytes: int
 
 
-async def read_instance(ctx: LogContext, instance: Instance, previous: bool) -> list[bytes]:
-    """The whole log of an instance; empty when the kubelet no longer has it."""
+async def read_instance(
+    ctx: LogContext, instance: Instance, previous: bool, ended: bool
+) -> list[bytes]:
+    """The finished lines of an instance; empty when the kubelet no longer has its log. Until
+    the instance `ended`, the text after its last newline is no line yet."""
+    return split_log(await read_instance_log(ctx, instance, previous), ended=ended)
+
+
+async def read_instance_log(ctx: LogContext, instance: Instance, previous: bool) -> bytes:
     try:
-        data = await ctx.api.read_log(
+        return await ctx.api.read_log(
             ctx.namespace, instance.pod, instance.container, previous=previous
         )
     except DistrunError:
-        return []
-    return split_log(data)
+        return b""
 
 
 def to_lines(
@@ -237,7 +270,7 @@ async def read_replica(ctx: LogContext, instance: Instance, since: int) -> list[
         known = recorded_lines(ledger, inst.replica, inst.key)
         if known is not None and first + known <= since:
             continue
-        raw = await read_instance(ctx, inst, is_previous)
+        raw = await read_instance(ctx, inst, is_previous, ended=is_previous or inst.ended)
         if known is not None:
             raw = raw[:known]
         elif inst.ended:
@@ -246,14 +279,43 @@ async def read_replica(ctx: LogContext, instance: Instance, since: int) -> list[
     return lines
 
 
+async def read_unfinished(ctx: LogContext, instance: Instance) -> LogLine | None:
+    """The line a running instance is writing, with the seq it will have; None if none."""
+    if not instance.started or instance.ended:
+        return None
+    data = await read_instance_log(ctx, instance, previous=False)
+    tail = unfinished_line(data)
+    if not tail:
+        return None
+    when, text = parse_unfinished(tail[: ctx.max_line_bytes + TIMESTAMP_ROOM])
+    if not text:
+        return None
+    seq = base_seq(ctx.ledger.ledger, instance.replica, instance.key)
+    return LogLine(instance.replica, seq + len(split_log(data, ended=False)), when, text)
+
+
 class ReplicaFollower:
     """Follows one replica across its container instances, in order, for one `follow` call.
     The pod watcher calls `update` with the replica's pod (None when it is gone)."""
 
-    def __init__(self, ctx: LogContext, replica: str, container: str, since: int, emit: Emit):
+    def __init__(
+        self,
+        ctx: LogContext,
+        replica: str,
+        container: str,
+        since: int,
+        emit: Emit,
+        emit_partial: EmitPartial | None = None,
+    ):
         self.ctx, self.replica, self.container = ctx, replica, container
         self.since = since
         self.emit = emit
+        self.emit_partial = emit_partial
+        self._read = 0  # finished lines of the followed instance read on this connection
+        self._unfinished: tuple[StreamedLines, int] | None = None  # its lines, first seq
+        self._partial_timer: asyncio.TimerHandle | None = None
+        self._partial_at = 0.0  # loop time of the last look at the unfinished line
+        self._partial_sent: tuple[int, str] = (-1, "")
         self.pod: dict[str, Any] | None = None
         self.finishing = False  # the job is over: read what is there and stop
         self._changed = asyncio.Event()
@@ -304,7 +366,7 @@ class ReplicaFollower:
         known = recorded_lines(ledger, self.replica, instance.key)
         if known is not None and first + known <= self.since:
             return
-        raw = await read_instance(self.ctx, instance, is_previous)
+        raw = await read_instance(self.ctx, instance, is_previous, ended=True)
         if known is None:
             await self.ctx.ledger.record(self.replica, instance.key, len(raw))
         else:
@@ -337,33 +399,98 @@ class ReplicaFollower:
         await self._finish_instance(instance, first)
 
     async def _stream(self, instance: Instance, first: int) -> None:
-        """Follow the live log, sending the lines after the first `self._seen`."""
-        skip, seen = self._seen, 0
+        """Follow the live log, sending the lines after the first `self._seen`, and the line
+        being written as it changes."""
+        skip, self._read = self._seen, 0
         api, namespace = self.ctx.api, self.ctx.namespace
         try:
             async with api.stream_log(namespace, instance.pod, self.container) as response:
                 max_line = self.ctx.max_line_bytes + TIMESTAMP_ROOM
-                async for raw in iter_lines(response, max_line):
-                    if seen >= skip:
-                        await self._emit_raw([raw], first + seen)
-                        self._seen = seen + 1
-                    seen += 1
+                lines = StreamedLines(response, max_line, self._unfinished_changed)
+                self._unfinished = (lines, first)
+                async for raw in lines:
+                    if self._read >= skip:
+                        await self._emit_raw([raw], first + self._read)
+                        self._seen = self._read + 1
+                    self._read += 1
         except (aiohttp.ClientError, OSError, TimeoutError):
             return  # the connection broke: the caller reconnects or finishes from a full read
+        finally:
+            self._stop_partials()
+
+    def _unfinished_changed(self) -> None:
+        """At most one look per PARTIAL_INTERVAL: at once after a quiet interval, else at its
+        end, at the newest state."""
+        if self.emit_partial is None or self._partial_timer is not None:
+            return
+        loop = asyncio.get_running_loop()
+        due = self._partial_at + PARTIAL_INTERVAL
+        if loop.time() >= due:
+            self._send_unfinished()
+        else:
+            self._partial_timer = loop.call_at(due, self._send_unfinished)
+
+    def _send_unfinished(self) -> None:
+        self._partial_timer = None
+        self._partial_at = asyncio.get_running_loop().time()
+        if self._unfinished is None or self.emit_partial is None:
+            return
+        lines, first = self._unfinished
+        seq = first + self._read
+        when, text = parse_unfinished(lines.unfinished())
+        if seq < max(self.since, first + self._seen) or (seq, text) == self._partial_sent:
+            return
+        if not text and self._partial_sent[0] != seq:
+            return  # nothing was shown for this line: nothing to take back
+        self._partial_sent = (seq, text)
+        self.emit_partial(LogLine(self.replica, seq, when, text))
+
+    def _stop_partials(self) -> None:
+        if self._partial_timer is not None:
+            self._partial_timer.cancel()
+            self._partial_timer = None
+        self._unfinished = None
 
     async def _finish_instance(self, instance: Instance, first: int) -> None:
         """The instance ended (or the job did): read its whole log, send what the stream had
         not, and record its count once it can no longer grow."""
-        seen = self._seen
         current = self._current()
         restarted = current is not None and current.key != instance.key
         gone = current is None
-        raw = [] if gone else await read_instance(self.ctx, instance, previous=restarted)
-        if len(raw) > seen:
-            await self._emit_raw(raw[seen:], first + seen)
-            seen = len(raw)
-        if restarted or gone or (current is not None and current.ended):
-            await self.ctx.ledger.record(self.replica, instance.key, seen)
+        ended = restarted or (current is not None and current.ended)
+        count: int | None = self._seen
+        if not gone:
+            count = await self._read_rest(instance, first, restarted, ended)
+        if count is not None and (ended or gone):
+            await self.ctx.ledger.record(self.replica, instance.key, count)
+
+    async def _read_rest(
+        self, instance: Instance, first: int, previous: bool, ended: bool
+    ) -> int | None:
+        """Reads the instance's whole log as it arrives (a slow consumer holds the socket
+        back, not the log in memory), sending the lines after the first `self._seen`; the
+        count of its lines, or None when the read broke off (the count is then unknown)."""
+        count = 0
+        api, namespace = self.ctx.api, self.ctx.namespace
+        max_line = self.ctx.max_line_bytes + TIMESTAMP_ROOM
+        try:
+            async with api.stream_log(
+                namespace, instance.pod, self.container, follow=False, previous=previous
+            ) as response:
+                lines = StreamedLines(response, max_line)
+                async for raw in lines:
+                    if count >= self._seen:
+                        await self._emit_raw([raw], first + count)
+                    count += 1
+                last = lines.unfinished()
+        except (DistrunError, aiohttp.ClientError, OSError, TimeoutError):
+            return None
+        if ended and last:  # the instance's last line, without a newline
+            if count >= self._seen:
+                await self._emit_raw([last[:max_line]], first + count)
+            count += 1
+        self._seen = max(self._seen, count)
+        return self._seen
 
 
 async def _settle(task: "asyncio.Future[None]") -> None:

@@ -30,7 +30,7 @@ from distrun.core import jobids
 from distrun.core.entrypoint import code_file
 from distrun.core.errors import EngineError, LimitExceeded, NotFound, SpecError
 from distrun.core.job import Job, JobState
-from distrun.core.logs import Cursor, JobUpdate, LogBatch, LogEvent, LogLine
+from distrun.core.logs import Cursor, JobUpdate, LogBatch, LogEvent, LogLine, PartialUpdate
 from distrun.core.spec import JobSpec, Limits, check_relative_path
 from distrun.engines.cursors import selected_replicas, start_seqs
 from distrun.engines.local import inotify
@@ -48,6 +48,8 @@ from distrun.engines.local.logstore import (
     LogTail,
     TailPosition,
     log_path,
+    partial_path,
+    read_partial,
 )
 from distrun.engines.local.processes import kill_job_processes, process_start_time
 from distrun.engines.protocol import EngineInfo
@@ -156,6 +158,17 @@ class LocalEngine:
         starts = start_seqs(names, since)
         return await asyncio.to_thread(self._read_logs, self._files(job_id), starts, limit)
 
+    async def read_partials(
+        self, job_id: str, owner: str, *, replicas: set[str] | None = None
+    ) -> list[LogLine]:
+        job, status = await asyncio.to_thread(self._snapshot, job_id, owner)
+        if status.finalized:
+            return []
+        log_dir = self._files(job_id).logs
+        names = selected_replicas(job.id, [r.name for r in job.replicas], replicas)
+        found = [read_partial(str(partial_path(log_dir, name)), name) for name in names]
+        return [line for line in found if line is not None]
+
     async def follow(
         self,
         job_id: str,
@@ -185,10 +198,14 @@ class LocalEngine:
                 batch, settled = await follower.next_batch()
                 if batch.lines:
                     yield batch
-                elif settled:
+                partial = follower.partial_update()
+                if partial is not None:
+                    yield partial
+                if batch.lines:
+                    continue
+                if settled:
                     return
-                else:
-                    await watcher.wait_for_change(version)
+                await watcher.wait_for_change(version)
         finally:
             self._unwatch(job_id)
             _close_after(follower.reading, readers)
@@ -460,6 +477,11 @@ class _JobWatcher:
         # Stat'ed many times a second per followed job: plain strings, no directory listing.
         self._status_path = str(self._files.status)
         self._log_paths = [str(log_path(self._files.logs, r.name)) for r in job.replicas]
+        self._partial_paths = [str(partial_path(self._files.logs, r.name)) for r in job.replicas]
+        # Each replica's unfinished line, read once per change for all followers.
+        self.partials: list[LogLine | None] = [None] * len(job.replicas)
+        self.partial_versions = [0] * len(job.replicas)
+        self._partial_marks: list[object] = [None] * len(job.replicas)
         self._changed = asyncio.Event()
         # Shared reading: followers of every replica at the same cursor take the same batch.
         self.names = [replica.name for replica in job.replicas]
@@ -517,7 +539,14 @@ class _JobWatcher:
         """(Re-)arms the one-shot watch on logs/; a missing logs/ is watched once it appears."""
         if self.stopped:
             return
-        mask = inotify.IN_MODIFY | inotify.IN_CREATE | inotify.IN_ONESHOT
+        # MOVED_TO and DELETE: an unfinished line replaced or gone.
+        mask = (
+            inotify.IN_MODIFY
+            | inotify.IN_CREATE
+            | inotify.IN_MOVED_TO
+            | inotify.IN_DELETE
+            | inotify.IN_ONESHOT
+        )
         self._logs_wd = self._engine._watch_inotify(
             str(self._files.logs), mask, self._on_logs_event
         )
@@ -543,7 +572,21 @@ class _JobWatcher:
         self._wake_handle = None
         self._last_wake = self._loop.time()
         self._arm_logs()  # before the followers read: a later write fires it again
+        self._refresh_partials()
         self._notify()
+
+    def _refresh_partials(self) -> None:
+        """Rereads the unfinished lines whose file changed (a few small reads of the page
+        cache); none once the job is settled."""
+        for index, path in enumerate(self._partial_paths):
+            mark = None if self.settled else _fingerprint(path)
+            if mark == self._partial_marks[index]:
+                continue
+            self._partial_marks[index] = mark
+            line = None if mark is None else read_partial(path, self.names[index])
+            if line != self.partials[index]:
+                self.partials[index] = line
+                self.partial_versions[index] += 1
 
     async def _watch_status(self) -> None:
         """Refreshes the status on each change of the job directory, and every
@@ -619,6 +662,7 @@ class _JobWatcher:
                     await self._refresh_status()
                 if logs != last_logs:
                     last_logs = logs
+                    self._refresh_partials()
                     self._notify()
                     interval = _FAST_POLL
                 else:
@@ -633,11 +677,15 @@ class _JobWatcher:
         if job != self.job or status.finalized:
             self.job = job
             self.settled = status.finalized
+            if self.settled:
+                self._refresh_partials()
             self._notify()
 
     def _stat(self) -> tuple[object, tuple[object, ...]]:
-        """Cheap fingerprints of status.json and of every log; `stat` does not block for long."""
-        return _fingerprint(self._status_path), tuple(map(_fingerprint, self._log_paths))
+        """Cheap fingerprints of status.json, of every log and of every unfinished line; `stat`
+        does not block for long."""
+        logs = (*self._log_paths, *self._partial_paths)
+        return _fingerprint(self._status_path), tuple(map(_fingerprint, logs))
 
     def _notify(self) -> None:
         self.version += 1
@@ -697,6 +745,30 @@ class _Follower:
         self.max_batch = max_batch
         self.reading: asyncio.Task[list[LogLine]] | None = None
         self._shares = watcher.shares_with([r.replica for r in readers], max_batch)
+        # Per reader: its index in the watcher, the watcher's partial version last looked at,
+        # and the seq of the unfinished line last sent (-1: none that is still shown).
+        self._watch_index = [watcher.names.index(r.replica) for r in readers]
+        self._partial_seen = [-1] * len(readers)
+        self._partial_sent = [-1] * len(readers)
+
+    def partial_update(self) -> "PartialUpdate | None":
+        """The unfinished lines that changed since the last call, for lines this reader has not
+        read finished yet; an empty text takes back one it was sent and still shows."""
+        changed: list[LogLine] = []
+        for k, index in enumerate(self._watch_index):
+            version = self.watcher.partial_versions[index]
+            if version == self._partial_seen[k]:
+                continue
+            self._partial_seen[k] = version
+            line = self.watcher.partials[index]
+            if line is not None and line.seq >= self.cursor[k]:
+                changed.append(line)
+                self._partial_sent[k] = line.seq
+            elif self._partial_sent[k] >= self.cursor[k]:
+                replica = self.readers[k].replica
+                changed.append(LogLine(replica, self._partial_sent[k], time.time(), ""))
+                self._partial_sent[k] = -1
+        return PartialUpdate(changed) if changed else None
 
     async def next_batch(self) -> tuple[LogBatch, bool]:
         """New lines (maybe none), and whether the job was settled before they were read."""

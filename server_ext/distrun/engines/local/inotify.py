@@ -17,6 +17,7 @@ from collections.abc import Callable
 IN_MODIFY = 0x00000002
 IN_MOVED_TO = 0x00000080
 IN_CREATE = 0x00000100
+IN_DELETE = 0x00000200
 IN_DELETE_SELF = 0x00000400
 IN_Q_OVERFLOW = 0x00004000
 IN_IGNORED = 0x00008000  # the watch is gone (removed, one-shot fired, or its file deleted)

@@ -5,8 +5,14 @@ complete only once its newline is on disk, so a reader never returns a torn writ
 `logs/<replica>.idx` holds the byte offset of every `INDEX_EVERY`-th record as 8 little-endian
 bytes, so reading from any seq costs one index read plus at most `INDEX_EVERY - 1` skipped
 records. One process writes a replica's log (the job's supervisor); any number may read it.
+
+`logs/<replica>.partial`, while it exists, holds the replica's unfinished line (the text after
+its last newline, as a terminal shows it) as one record `b"<epoch_ms>\t<seq>\t<text>"`, where
+seq is the one the line will have once finished. It is replaced atomically, a few times a
+second at most, and removed once the replica has no unfinished line.
 """
 
+import codecs
 import os
 import struct
 from dataclasses import dataclass
@@ -26,6 +32,10 @@ def log_path(log_dir: Path, replica: str) -> Path:
 
 def index_path(log_dir: Path, replica: str) -> Path:
     return log_dir / f"{replica}.idx"
+
+
+def partial_path(log_dir: Path, replica: str) -> Path:
+    return log_dir / f"{replica}.partial"
 
 
 class LineSplitter:
@@ -61,6 +71,10 @@ class LineSplitter:
         """The held partial line, if any (at EOF)."""
         rest, self._partial = bytes(self._partial), bytearray()
         return [rest] if rest else []
+
+    def unfinished(self) -> str:
+        """The held partial line's text so far, without a character cut at its end."""
+        return codecs.getincrementaldecoder("utf-8")("replace").decode(bytes(self._partial))
 
 
 def _utf8_boundary(data: bytearray, start: int, cut: int) -> int:
@@ -130,6 +144,35 @@ class LogWriter:
         os.ftruncate(self._idx_fd, 0)
         _write_all(self._idx_fd, b"".join(_INDEX_ENTRY.pack(entry) for entry in entries))
         return offset, seq
+
+
+def write_partial(log_dir: Path, replica: str, seq: int, when: float, text: str) -> None:
+    """Replaces the replica's unfinished line (`text` has no newline)."""
+    path = partial_path(log_dir, replica)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(b"%d\t%d\t%s" % (round(when * 1000), seq, text.encode("utf-8", "replace")))
+    os.replace(tmp, path)
+
+
+def clear_partial(log_dir: Path, replica: str) -> None:
+    try:
+        os.unlink(partial_path(log_dir, replica))
+    except FileNotFoundError:
+        pass
+
+
+def read_partial(path: str, replica: str) -> LogLine | None:
+    """The unfinished line recorded at `path` (a `partial_path`), or None."""
+    try:
+        with open(path, "rb") as file:
+            record = file.read()
+    except FileNotFoundError:
+        return None
+    millis, _, rest = record.partition(b"\t")
+    seq, _, text = rest.partition(b"\t")
+    if not (millis.isdigit() and seq.isdigit()):
+        return None  # not written by a supervisor: never shown
+    return LogLine(replica, int(seq), int(millis) / 1000, decode_line(text))
 
 
 class LogReader:

@@ -14,9 +14,17 @@ from collections import deque
 
 from distrun.core.frameworks import FRAMEWORKS
 from distrun.core.job import JobState, ReplicaStatus
+from distrun.core.logs import PARTIAL_MAX_CHARS
+from distrun.core.terminal import visible_line
 from distrun.engines.local.jobdir import JobFiles, JobStatus, write_json_atomic
 from distrun.engines.local.launch import Launch
-from distrun.engines.local.logstore import LineSplitter, LogWriter, decode_line
+from distrun.engines.local.logstore import (
+    LineSplitter,
+    LogWriter,
+    clear_partial,
+    decode_line,
+    write_partial,
+)
 from distrun.engines.local.processes import (
     Spawned,
     describe_exit,
@@ -26,6 +34,9 @@ from distrun.engines.local.processes import (
 )
 
 LAST_LINES = 20
+# How often at most a replica's unfinished line (a progress bar redrawn in place) is recorded
+# for readers: the newest state at the end of each interval is what they see.
+PARTIAL_INTERVAL = 0.25
 _READ_SIZE = 64 * 1024
 # After the job succeeds, how long the other replicas may take to end on their own (PyTorch
 # workers end just after the master) before they are stopped; at most the grace period.
@@ -50,6 +61,7 @@ class _Replica:
     def __init__(self, status: ReplicaStatus, env: dict[str, str], files: JobFiles, max_line: int):
         self.status = status
         self.env = env
+        self.log_dir = files.logs
         self.writer = LogWriter(files.logs, status.name)
         self.recent: deque[str] = deque(maxlen=LAST_LINES)
         self.splitter = LineSplitter(max_line)
@@ -60,6 +72,9 @@ class _Replica:
         self.startup_timer: asyncio.TimerHandle | None = None
         self.hung_reason: str | None = None  # set when it was killed as hung at start-up
         self.stopped = False  # signalled to stop once the job's outcome was decided
+        self.partial_shown = ""  # the unfinished line as last recorded for readers
+        self.partial_timer: asyncio.TimerHandle | None = None
+        self.partial_written_at = 0.0  # loop time
 
     @property
     def running(self) -> bool:
@@ -74,6 +89,39 @@ class _Replica:
     def note(self, text: str) -> None:
         self.writer.append([(time.time(), text)])
         self.recent.append(text)
+
+    def record_partial(self) -> None:
+        """Records the unfinished line as a terminal shows it, if it changed."""
+        self.partial_timer = None
+        self.partial_written_at = asyncio.get_running_loop().time()
+        shown = visible_line(self.splitter.unfinished())[:PARTIAL_MAX_CHARS]
+        if shown == self.partial_shown:
+            return
+        self.partial_shown = shown
+        if shown:
+            write_partial(self.log_dir, self.status.name, self.writer.next_seq, time.time(), shown)
+        else:
+            clear_partial(self.log_dir, self.status.name)
+
+    def partial_changed(self) -> None:
+        """At most one record per PARTIAL_INTERVAL: at once after a quiet interval, else at its
+        end, with the newest state."""
+        if self.partial_timer is not None:
+            return
+        loop = asyncio.get_running_loop()
+        due = self.partial_written_at + PARTIAL_INTERVAL
+        if loop.time() >= due:
+            self.record_partial()
+        else:
+            self.partial_timer = loop.call_at(due, self.record_partial)
+
+    def forget_partial(self) -> None:
+        """No unfinished line any more (the output ended)."""
+        if self.partial_timer is not None:
+            self.partial_timer.cancel()
+            self.partial_timer = None
+        self.partial_shown = ""
+        clear_partial(self.log_dir, self.status.name)
 
 
 class Supervisor:
@@ -162,6 +210,7 @@ class Supervisor:
         if data:
             self._cancel_startup_timer(replica)
             replica.log(replica.splitter.feed(data))
+            replica.partial_changed()
         else:
             self._close_pipe(replica)
 
@@ -193,6 +242,7 @@ class Supervisor:
         os.close(replica.pipe)
         replica.pipe = None
         replica.log(replica.splitter.flush())
+        replica.forget_partial()
 
     def _drain(self, replica: _Replica) -> None:
         """Everything the exited process wrote is already in its pipe: read it to the end."""
