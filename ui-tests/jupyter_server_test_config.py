@@ -43,5 +43,5 @@ if not _installed("@distrun/labextension"):
 # The server extension, from the installed package or from this checkout.
 if importlib.util.find_spec("distrun") is None:
     sys.path.insert(0, str(REPO / "server_ext"))
-if importlib.util.find_spec("distrun.app") is not None:
+if importlib.util.find_spec("distrun.server.app") is not None:
     c.ServerApp.jpserver_extensions = {"distrun": True}  # noqa: F821
