@@ -7,6 +7,8 @@ tests); each group skips until those modules exist.
 
 import json
 import os
+import pty
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyte
 import pytest
 
 from tests.server_process import ServerProcess
@@ -364,6 +367,8 @@ class Kernel:
                     interrupt_on = None
             elif kind == "execute_result":
                 output.append(("result", content["data"]["text/plain"]))
+            elif kind in ("display_data", "update_display_data"):
+                output.append((kind, content["data"]["text/plain"]))
             elif kind == "error":
                 output.append(("error", content["ename"]))
             elif kind == "status" and content["execution_state"] == "idle":
@@ -456,3 +461,107 @@ def test_a_kernel_with_distrun_url_submits_through_the_server(
     listed = distrun(env, "ls", "--json", "--url", server.url, "--token", TOKEN)
     assert job_id in {job["id"] for job in json.loads(listed.stdout)}
     assert not (tmp_path / "kernel-data" / "distrun" / "jobs").exists()
+
+
+# --- progress bars and colours, as training code writes them -----------------------------
+
+BAR_CELL = """\
+%framework=generic
+%worker=2
+import sys, time
+print("\\x1b[31mERROR\\x1b[0m coloured", flush=True)
+print("hostile\\x1b]52;c;ZXZpbA==\\x07\\x1b]0;owned\\x07\\x1b[2J\\x1b[10;10H\\x1b[?1049h end", flush=True)
+for step in range(11):
+    sys.stderr.write(f"\\rEpoch {step * 10:3d}%|{'#' * step:<10}|")
+    sys.stderr.flush()
+    time.sleep(0.15)
+sys.stderr.write("\\n")
+print("done", flush=True)
+"""
+HOSTILE = (b"\x1b]52", b"\x1b]0;owned", b"\x1b[2J", b"\x1b[10;10H", b"\x1b[?1049h")
+BAR_STATES = re.compile(rb"Epoch +([0-9]+)%")
+
+
+def run_on_a_terminal(env: dict[str, str], *args: str, columns: int = 120) -> tuple[int, bytes]:
+    """`distrun ARGS` with a pseudo-terminal as its stdin, stdout and stderr: its exit code and
+    every byte it wrote to the terminal."""
+    main, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "distrun", *args],
+        env={**env, "COLUMNS": str(columns), "LINES": "50", "TERM": "xterm-256color"},
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        close_fds=True,
+    )
+    os.close(terminal)
+    written = bytearray()
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the other end closed
+            break
+        if not chunk:
+            break
+        written += chunk
+    os.close(main)
+    return process.wait(WAIT), bytes(written)
+
+
+def screen_of(written: bytes, columns: int = 120) -> pyte.Screen:
+    screen = pyte.Screen(columns, 50)
+    pyte.ByteStream(screen).feed(written)
+    return screen
+
+
+def test_on_a_terminal_bars_redraw_in_place_colours_pass_and_nothing_else_acts(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    code, written = run_on_a_terminal(env, "run", write(tmp_path / "bar.txt", BAR_CELL))
+    assert code == 0, written.decode(errors="replace")[-2000:]
+    for sequence in HOSTILE:
+        assert sequence not in written, f"{sequence!r} reached the terminal"
+    screen = screen_of(written)
+    rows = [row.rstrip() for row in screen.display if row.strip()]
+    for replica in ("worker-0", "worker-1"):
+        bars = [row for row in rows if row.startswith(f"{replica} | Epoch")]
+        assert bars == [f"{replica} | Epoch 100%|##########|"], rows  # one row, its last state
+        assert f"{replica} | hostile end" in rows
+        assert f"{replica} | done" in rows
+    # The bars were drawn as they advanced, not only once finished.
+    states = {int(m.group(1)) for m in BAR_STATES.finditer(written)}
+    assert len(states) >= 3, states
+    # Colours pass: the ERROR the replica coloured red is red on the screen.
+    [(y, row)] = [(y, r) for y, r in enumerate(screen.display) if "worker-0 | ERROR" in r]
+    column = row.index("ERROR")
+    assert screen.buffer[y][column].fg == "red"
+    assert screen.buffer[y][column - 4].fg != "red"  # the prefix keeps its own colour
+
+
+def test_logs_into_a_file_keep_the_bytes_the_replica_wrote(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    job_id = distrun(env, "submit", write(tmp_path / "bar.txt", BAR_CELL)).stdout.strip()
+    assert distrun(env, "logs", job_id, "-f").returncode == 0
+    argv = [sys.executable, "-m", "distrun", "logs", job_id, "--replica", "worker-0"]
+    logs = subprocess.run(argv, env=env, capture_output=True, timeout=WAIT, check=True).stdout
+    bar = "".join(f"\rEpoch {step * 10:3d}%|{'#' * step:<10}|" for step in range(11))
+    assert f"worker-0 | {bar}\n".encode() in logs
+    assert b"\x1b]52;c;ZXZpbA==\x07" in logs  # stored and passed on as written
+
+
+def test_in_a_notebook_bars_update_in_place_and_lines_show_their_last_state(
+    kernel: Kernel,
+) -> None:
+    output = kernel.execute(BAR_CELL)
+    assert output[-1][0] == "result" and "state='succeeded'" in output[-1][1]
+    text = stdout_of(output)
+    assert "worker-0 | Epoch 100%|##########|\n" in text  # no redraws, no \r
+    assert "\x1b[31mERROR\x1b[0m coloured" in text
+    assert "\x1b]52" not in text and "\x1b[2J" not in text
+    shown = [data for kind, data in output if kind in ("display_data", "update_display_data")]
+    assert [kind for kind, _ in output].count("display_data") == 1  # one live display
+    states = {int(m.group(1)) for data in shown for m in BAR_STATES.finditer(data.encode())}
+    assert len(states) >= 3, shown
+    assert shown[-1] == ""  # emptied once the job ended

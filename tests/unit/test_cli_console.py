@@ -7,7 +7,10 @@ import pytest
 
 from distrun.client.console import (
     Console,
+    LiveRows,
+    Shown,
     exit_code,
+    fit,
     format_duration,
     job_details,
     jobs_table,
@@ -157,3 +160,40 @@ def test_job_details_show_every_replica_and_the_failing_lines() -> None:
     assert any(line.startswith("worker-1") and " 1 " in line for line in text.splitlines())
     assert text.endswith("last lines of worker-1:\n  Traceback (most recent call last):\n"
                          "  ValueError: boom")  # fmt: skip
+
+
+def test_a_console_for_people_shows_lines_as_a_terminal_would_and_files_get_them_raw() -> None:
+    raw = "\x1b[32mok\x1b[0m 10%\r\x1b[32mok\x1b[0m 20%\x1b]0;title\x07"
+    line = LogLine("worker-0", 0, 0.0, raw)
+    assert Console(["worker-0"], shown=Shown.RAW).format_line(line) == f"worker-0 | {raw}"
+    visible = Console(["worker-0"], shown=Shown.VISIBLE).format_line(line)
+    assert visible == "worker-0 | \x1b[32mok\x1b[0m 20%"
+    assert Console(["worker-0"], shown=Shown.PLAIN).format_line(line) == "worker-0 | ok 20%"
+
+
+def test_unfinished_lines_are_kept_per_replica_until_their_line_finishes() -> None:
+    console = Console(["worker-0", "worker-1"])
+    console.unfinished([LogLine("worker-1", 3, 0.0, "b 50%"), LogLine("worker-0", 7, 0.0, "a 1%")])
+    assert console.unfinished_rows() == ["worker-0 | a 1%", "worker-1 | b 50%"]
+    assert not console.finished([LogLine("worker-0", 6, 0.0, "an earlier line")])
+    assert console.finished([LogLine("worker-0", 7, 0.0, "a 100%")])
+    assert console.unfinished_rows() == ["worker-1 | b 50%"]
+    console.unfinished([LogLine("worker-1", 3, 0.0, "")])  # taken back
+    assert console.unfinished_rows() == []
+
+
+def test_live_rows_go_back_up_over_themselves_before_anything_is_printed() -> None:
+    out = io.StringIO()
+    rows = LiveRows(out)
+    rows.show(["w-0 | 10%", "w-1 | 20%"])
+    rows.print("w-0 | a line")
+    rows.show([])
+    assert out.getvalue() == (
+        "w-0 | 10%\nw-1 | 20%\n\x1b[2A\r\x1b[Jw-0 | a line\nw-0 | 10%\nw-1 | 20%\n\x1b[2A\r\x1b[J"
+    )
+
+
+def test_fit_cuts_to_the_visible_width_and_keeps_and_closes_colours() -> None:
+    assert fit("abcdef", 4) == "abcd"
+    assert fit("\x1b[31mabc\x1b[0mdef", 4) == "\x1b[31mabc\x1b[0md\x1b[0m"
+    assert fit("ab", 10) == "ab"

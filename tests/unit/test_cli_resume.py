@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from distrun.client.base import ClientError, LinesEvent, StatusEvent
+from distrun.client.base import ClientError, LinesEvent, PartialEvent, StatusEvent
 from distrun.client.log_resume import (
     MessageStream,
     RetryPolicy,
@@ -87,6 +87,24 @@ async def test_reconnects_with_since_after_the_last_seq_and_drops_repeats() -> N
                             ("worker-1", 1)]  # fmt: skip
     assert sum(isinstance(e, StatusEvent) for e in events) == 2
     assert all(stream.closed for stream in server.opened)
+
+
+async def test_unfinished_lines_pass_through_and_never_move_the_cursor() -> None:
+    partial = {
+        "type": "partial",
+        "lines": [["worker-0", 1, 2.0, "a bar 50%"], ["worker-0", 0, 2.0, "already finished"]],
+    }
+    server = FakeServer(
+        [
+            FakeStream([lines("worker-0", 0), partial], code=1006),
+            FakeStream([lines("worker-0", 1), END], code=1000),
+        ]
+    )
+    events = await collect(resumable_stream(server.open, "j", sleep=no_sleep))
+    assert server.cursors == [{}, {"worker-0": 1}]  # the unfinished line did not count
+    [shown] = [e for e in events if isinstance(e, PartialEvent)]
+    assert [(line.seq, line.text) for line in shown.lines] == [(1, "a bar 50%")]
+    assert seen(events) == [("worker-0", 0), ("worker-0", 1)]
 
 
 async def test_resume_starts_from_the_given_since() -> None:

@@ -8,7 +8,7 @@ picks one.
 
 import base64
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,13 +33,22 @@ class StatusEvent:
     job: dict[str, Any]  # Job JSON
 
 
-FollowEvent = LinesEvent | StatusEvent
+@dataclass(frozen=True)
+class PartialEvent:
+    """Replicas' unfinished lines as a terminal shows them now (see core.logs.PartialUpdate):
+    each replaced by the finished line of its seq; an empty text takes one back."""
+
+    lines: list[LogLine]
+
+
+FollowEvent = LinesEvent | StatusEvent | PartialEvent
 
 
 @dataclass(frozen=True)
 class LogPage:
     lines: list[LogLine]
     next: Cursor  # where to resume following after these lines
+    partial: list[LogLine] = field(default_factory=list)  # the unfinished lines after them
 
 
 class Client(Protocol):

@@ -18,6 +18,7 @@ import asyncio
 import json
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,16 @@ from distrun.client.console import (
     EXIT_SUCCEEDED,
     EXIT_USAGE,
     Console,
+    LiveRows,
+    Rows,
+    Shown,
+    draw_nothing,
     exit_code,
     job_details,
     jobs_table,
+    render,
     replica_names,
+    shown_for,
     status_line,
     stream_job,
     use_color,
@@ -245,6 +252,19 @@ def _print(text: str) -> None:
     print(text, flush=True)
 
 
+def _console(names: list[str]) -> Console:
+    return Console(names, color=use_color(sys.stdout), shown=shown_for(sys.stdout))
+
+
+def _outputs(console: Console) -> tuple[Callable[[str], None], Rows | None]:
+    """Where lines go, and where the replicas' unfinished lines are drawn: on a terminal, rows
+    redrawn in place below the lines; elsewhere nowhere (a file gets finished lines only)."""
+    if console.shown is Shown.RAW:
+        return _print, None
+    rows = LiveRows(sys.stdout)
+    return rows.print, rows.show
+
+
 def _read_source(path: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
@@ -264,7 +284,8 @@ async def follow_until_done(client: Client, job: dict[str, Any], console: Consol
     loop = asyncio.get_running_loop()
     interrupted = asyncio.Event()
     loop.add_signal_handler(signal.SIGINT, interrupted.set)
-    streaming = asyncio.ensure_future(stream_job(client, job, console, _print))
+    emit, show = _outputs(console)
+    streaming = asyncio.ensure_future(stream_job(client, job, console, emit, show or draw_nothing))
     waiting = asyncio.ensure_future(interrupted.wait())
     try:
         await asyncio.wait({streaming, waiting}, return_when=asyncio.FIRST_COMPLETED)
@@ -284,8 +305,7 @@ async def cmd_run(client: Client, args: argparse.Namespace) -> int:
     job = await submit_file(client, args)
     names = replica_names(job)
     _print(f"[distrun] submitted job {job['id']} ({len(names)} replicas: {', '.join(names)})")
-    console = Console(names, color=use_color(sys.stdout))
-    return await follow_until_done(client, job, console)
+    return await follow_until_done(client, job, _console(names))
 
 
 async def cmd_submit(client: Client, args: argparse.Namespace) -> int:
@@ -300,15 +320,21 @@ async def cmd_logs(client: Client, args: argparse.Namespace) -> int:
     unknown = [name for name in args.replica if name not in known]
     if unknown:
         raise SpecError(f"job {job['id']} has no replica {unknown[0]}; it has {', '.join(known)}")
-    console = Console(selected or known, color=use_color(sys.stdout))
+    console = _console(selected or known)
+    emit, show = _outputs(console)
     page = await client.logs(args.job_id, selected, args.tail)
     if page.lines:
-        _print(console.format_lines(page.lines))
-    if args.follow:
-        async for event in client.follow(args.job_id, since=page.next, replicas=selected):
-            lines = getattr(event, "lines", None)
-            if lines:
-                _print(console.format_lines(lines))
+        emit(console.format_lines(page.lines))
+    if not args.follow:
+        if show is not None and page.partial:  # a person reads: the bars as they stand now
+            emit(console.format_lines(page.partial))
+        return EXIT_SUCCEEDED
+    draw = show or draw_nothing
+    console.unfinished(page.partial)
+    draw(console.unfinished_rows())
+    async for event in client.follow(args.job_id, since=page.next, replicas=selected):
+        render(event, console, emit, draw)
+    draw([])
     return EXIT_SUCCEEDED
 
 

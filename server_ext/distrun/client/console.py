@@ -1,17 +1,27 @@
-"""Rendering a job for a terminal or a notebook cell: prefixed replica lines and status lines.
+"""Rendering a job for a terminal or a notebook cell: prefixed replica lines, status lines and
+each replica's unfinished line (a progress bar being drawn).
 
 Shared by the `distrun` CLI and the kernel magic. Nothing here talks to a backend except
-`stream_job`, which drives a client's `follow` and hands rendered text to a callback.
+`stream_job`, which drives a client's `follow` and hands rendered text to callbacks.
+
+Where a person reads (a terminal, a notebook cell), a line is shown as a terminal would show
+it: carriage returns applied, colours kept, every other control sequence of the replica's
+output dropped, so it cannot move the reader's cursor, retitle their window or write their
+clipboard. Written to a file or a pipe, a line is passed on exactly as the replica wrote it.
 """
 
+import enum
 import os
+import re
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
-from distrun.client.base import Client, LinesEvent
+from distrun.client.base import Client, FollowEvent, LinesEvent, PartialEvent
 from distrun.core.job import JobState
 from distrun.core.logs import LogLine
+from distrun.core.terminal import plain_text, visible_line
 
 # Bright, distinguishable ANSI foreground colours, cycled over replicas in job order.
 _PALETTE = (36, 33, 35, 32, 34, 31, 96, 93, 95, 92, 94, 91)
@@ -21,6 +31,23 @@ EXIT_SUCCEEDED = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+_SGR = re.compile(r"\x1b\[[0-9;:]*m")
+
+
+class Shown(enum.Enum):
+    """How a replica's text is written out."""
+
+    RAW = "raw"  # as the replica wrote it: for files and pipes
+    VISIBLE = "visible"  # as a terminal shows it, colours kept
+    PLAIN = "plain"  # as a terminal shows it, without colours (NO_COLOR)
+
+
+def shown_for(stream: TextIO) -> Shown:
+    """RAW unless `stream` is a terminal; on one, colours unless NO_COLOR is set."""
+    isatty = getattr(stream, "isatty", None)
+    if not (isatty and isatty()):
+        return Shown.RAW
+    return Shown.PLAIN if "NO_COLOR" in os.environ else Shown.VISIBLE
 
 
 def use_color(stream: TextIO) -> bool:
@@ -37,15 +64,24 @@ def exit_code(state: str) -> int:
 
 
 class Console:
-    """Formats one job's output: `worker-0 | text`, prefixes padded to the longest replica name."""
+    """Formats one job's output: `worker-0 | text`, prefixes padded to the longest replica name,
+    and keeps each replica's unfinished line until its finished line comes."""
 
-    def __init__(self, replica_names: Iterable[str] = (), *, color: bool = False) -> None:
+    def __init__(
+        self,
+        replica_names: Iterable[str] = (),
+        *,
+        color: bool = False,
+        shown: Shown = Shown.RAW,
+    ) -> None:
         self.color = color
+        self.shown = shown
         self._order: dict[str, int] = {}
         self._width = 0
         for name in replica_names:
             self._add(name)
         self._last_status: tuple[str, int, int] | None = None
+        self._unfinished: dict[str, LogLine] = {}
 
     def _add(self, replica: str) -> None:
         if replica not in self._order:
@@ -60,13 +96,42 @@ class Console:
         colour = _PALETTE[self._order[replica] % len(_PALETTE)]
         return f"\x1b[{colour}m{text}{_RESET}"
 
+    def text(self, text: str) -> str:
+        if self.shown is Shown.VISIBLE:
+            return visible_line(text)
+        if self.shown is Shown.PLAIN:
+            return plain_text(text)
+        return text
+
     def format_line(self, line: LogLine) -> str:
+        text = self.text(line.text)
         # A replica's own colour codes may leak past its line; reset them when colouring.
-        suffix = _RESET if self.color and "\x1b[" in line.text else ""
-        return f"{self.prefix(line.replica)}{line.text}{suffix}"
+        suffix = _RESET if self.color and "\x1b[" in text else ""
+        return f"{self.prefix(line.replica)}{text}{suffix}"
 
     def format_lines(self, lines: Iterable[LogLine]) -> str:
         return "\n".join(self.format_line(line) for line in lines)
+
+    def finished(self, lines: Iterable[LogLine]) -> bool:
+        """Forgets unfinished lines that `lines` finish; whether any was forgotten."""
+        before = len(self._unfinished)
+        for line in lines:
+            unfinished = self._unfinished.get(line.replica)
+            if unfinished is not None and unfinished.seq <= line.seq:
+                del self._unfinished[line.replica]
+        return len(self._unfinished) != before
+
+    def unfinished(self, lines: Iterable[LogLine]) -> None:
+        for line in lines:
+            if line.text:
+                self._unfinished[line.replica] = line
+            else:
+                self._unfinished.pop(line.replica, None)
+
+    def unfinished_rows(self) -> list[str]:
+        """Each replica's unfinished line, formatted, in replica order."""
+        lines = sorted(self._unfinished.values(), key=lambda line: self._order.get(line.replica, 0))
+        return [self.format_line(line) for line in lines]
 
     def status_change(self, job: dict[str, Any]) -> str | None:
         """A status line when the job's state or its count of running replicas changed."""
@@ -171,20 +236,48 @@ def replica_names(job: dict[str, Any]) -> list[str]:
     return [replica["name"] for replica in job.get("replicas", [])]
 
 
+Rows = Callable[[list[str]], None]
+
+
+def render(event: FollowEvent, console: Console, emit: Callable[[str], None], draw: Rows) -> Any:
+    """Hands a follow event's finished lines to `emit` and each change of the replicas'
+    unfinished lines to `draw` (rows); the job, for a status event (else None)."""
+    if isinstance(event, LinesEvent):
+        if event.lines:
+            emit(console.format_lines(event.lines))
+            if console.finished(event.lines):
+                draw(console.unfinished_rows())
+        return None
+    if isinstance(event, PartialEvent):
+        console.unfinished(event.lines)
+        draw(console.unfinished_rows())
+        return None
+    return event.job
+
+
+def draw_nothing(rows: list[str]) -> None:
+    """Unfinished lines are for people: a file or a pipe gets the finished lines only."""
+
+
 async def stream_job(
-    client: Client, job: dict[str, Any], console: Console, emit: Callable[[str], None]
+    client: Client,
+    job: dict[str, Any],
+    console: Console,
+    emit: Callable[[str], None],
+    draw: Rows = draw_nothing,
 ) -> dict[str, Any]:
-    """Emit every replica line and each status change until the job ends; return the final job."""
+    """Emit every replica line and each status change until the job ends, and `draw` the
+    replicas' unfinished lines as they change (no rows at the end); return the final job."""
     final = job
     async for event in client.follow(job["id"]):
-        if isinstance(event, LinesEvent):
-            if event.lines:
-                emit(console.format_lines(event.lines))
+        changed = render(event, console, emit, draw)
+        if changed is None:
             continue
-        final = event.job
+        final = changed
         # The outcome is said last, after the lines that may still follow it.
         if not JobState(final["state"]).terminal:
             _emit_change(console, final, emit)
+    draw([])
     if not JobState(final["state"]).terminal:
         final = await client.get_job(job["id"])
     _emit_change(console, final, emit)
@@ -195,3 +288,49 @@ def _emit_change(console: Console, job: dict[str, Any], emit: Callable[[str], No
     message = console.status_change(job)
     if message:
         emit(message)
+
+
+class LiveRows:
+    """Rows kept at the bottom of a terminal and redrawn in place (each replica's progress bar),
+    with finished lines printed above them. A row is cut to the terminal's width, so it never
+    wraps and every redraw knows how many rows to go back up."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self._rows: list[str] = []
+
+    def print(self, text: str) -> None:
+        self._erase()
+        self.stream.write(text + "\n")
+        self._draw()
+
+    def show(self, rows: list[str]) -> None:
+        self._erase()
+        self._rows = rows
+        self._draw()
+
+    def _erase(self) -> None:
+        if self._rows:
+            # Up to the first row, to its start, and erase to the end of the screen.
+            self.stream.write(f"\x1b[{len(self._rows)}A\r\x1b[J")
+
+    def _draw(self) -> None:
+        width = shutil.get_terminal_size().columns - 1
+        for row in self._rows:
+            self.stream.write(fit(row, width) + "\n")
+        self.stream.flush()
+
+
+def fit(text: str, width: int) -> str:
+    """`text` cut to `width` visible characters, its colour codes kept and closed."""
+    parts: list[str] = []
+    visible = 0
+    position = 0
+    for match in _SGR.finditer(text):
+        chunk = text[position : match.start()][: max(0, width - visible)]
+        parts.append(chunk)
+        visible += len(chunk)
+        parts.append(match.group(0))
+        position = match.end()
+    parts.append(text[position:][: max(0, width - visible)])
+    return "".join(parts) + (_RESET if "\x1b[" in text else "")

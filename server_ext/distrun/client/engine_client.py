@@ -12,11 +12,12 @@ from distrun.client.base import (
     FollowEvent,
     LinesEvent,
     LogPage,
+    PartialEvent,
     StatusEvent,
     default_state_dir,
     spec_from_text,
 )
-from distrun.core.logs import Cursor, JobUpdate, LogBatch, LogLine
+from distrun.core.logs import Cursor, JobUpdate, LogBatch, LogLine, PartialUpdate
 from distrun.core.spec import JobSpec, Limits
 from distrun.engines.protocol import Engine
 
@@ -90,7 +91,8 @@ class EngineClient:
             lines += batch
             if tail is not None:
                 lines = keep_tail(lines, tail)
-        return LogPage(lines, cursor)
+        unfinished = await self.engine.read_partials(job_id, self.owner, replicas=selected)
+        return LogPage(lines, cursor, [p for p in unfinished if p.seq >= cursor.get(p.replica, 0)])
 
     async def follow(
         self, job_id: str, since: Cursor | None = None, replicas: list[str] | None = None
@@ -100,6 +102,8 @@ class EngineClient:
         async for event in events:
             if isinstance(event, LogBatch):
                 yield LinesEvent(event.lines)
+            elif isinstance(event, PartialUpdate):
+                yield PartialEvent(event.lines)
             elif isinstance(event, JobUpdate):
                 yield StatusEvent(event.job.to_json())
 

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from distrun.client.base import Client, spec_from_text
 from distrun.client.connect import client_from_env
-from distrun.client.console import Console, replica_names, status_line, stream_job
+from distrun.client.console import Console, Shown, replica_names, status_line, stream_job
 from distrun.core.errors import DistrunError
 
 T = TypeVar("T")
@@ -113,16 +113,46 @@ async def _submit(client: Client, cell: str) -> dict[str, Any]:
     return await client.submit(spec)
 
 
-def _print_until_done(future: concurrent.futures.Future[Any], texts: "queue.Queue[str]") -> None:
+Output = str | list[str]  # lines to print, or the rows of unfinished lines to show now
+
+
+class _UnfinishedRows:
+    """The replicas' unfinished lines (progress bars) in one output of the cell, updated in
+    place: a display made when the first one comes, then replaced at each change."""
+
+    def __init__(self) -> None:
+        self._handle: Any = None
+
+    def show(self, rows: list[str]) -> None:
+        from IPython.display import display  # the kernel has IPython; the CLI needs none
+
+        data = {"text/plain": "\n".join(rows)}
+        if self._handle is not None:
+            self._handle.update(data, raw=True)
+        elif rows:
+            self._handle = display(data, raw=True, display_id=True)  # type: ignore[no-untyped-call]
+
+
+def _print_until_done(
+    future: concurrent.futures.Future[Any], outputs: "queue.Queue[Output]"
+) -> None:
     """Print what the loop thread hands over until `future` is done (interruptible)."""
+    rows = _UnfinishedRows()
+
+    def put_out(item: Output) -> None:
+        if isinstance(item, str):
+            _say(item)
+        else:
+            rows.show(item)
+
     while True:
         try:
-            _say(texts.get(timeout=0.1))
+            put_out(outputs.get(timeout=0.1))
         except queue.Empty:
             if future.done():
                 break
-    while not texts.empty():  # everything queued before the future finished
-        _say(texts.get_nowait())
+    while not outputs.empty():  # everything queued before the future finished
+        put_out(outputs.get_nowait())
 
 
 def run_cell(cell: str) -> JobResult | None:
@@ -151,10 +181,12 @@ def _run(runner: _LoopThread, client: Client, cell: str) -> JobResult | None:
         raise
     names = replica_names(job)
     _say(f"[distrun] submitted job {job['id']} ({len(names)} replicas: {', '.join(names)})")
-    texts: queue.Queue[str] = queue.Queue()
-    streaming = runner.submit(stream_job(client, job, Console(names), texts.put))
+    outputs: queue.Queue[Output] = queue.Queue()
+    # A notebook shows colours, and lines as a terminal would (a bar's last state).
+    console = Console(names, shown=Shown.VISIBLE)
+    streaming = runner.submit(stream_job(client, job, console, outputs.put, outputs.put))
     try:
-        _print_until_done(streaming, texts)
+        _print_until_done(streaming, outputs)
         final = streaming.result()
     except DistrunError as exc:
         _error(exc)

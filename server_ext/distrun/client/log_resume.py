@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from distrun.client.base import ClientError, FollowEvent, LinesEvent, StatusEvent
+from distrun.client.base import ClientError, FollowEvent, LinesEvent, PartialEvent, StatusEvent
 from distrun.core.errors import NotFound, SpecError
 from distrun.core.logs import Cursor, LogLine
 
@@ -92,6 +92,10 @@ async def _stream_events(stream: MessageStream, cursor: Cursor) -> AsyncIterator
             fresh = fresh_lines(message.get("lines", []), cursor)
             if fresh:
                 yield LinesEvent(fresh)
+        elif kind == "partial":
+            unfinished = after_cursor(message.get("lines", []), cursor)
+            if unfinished:
+                yield PartialEvent(unfinished)
         elif kind == "status":
             yield StatusEvent(message["job"])
         elif kind == "end":
@@ -128,6 +132,15 @@ def fresh_lines(rows: list[list[Any]], cursor: Cursor) -> list[LogLine]:
         cursor[replica] = seq + 1
         fresh.append(LogLine(replica, seq, when, text))
     return fresh
+
+
+def after_cursor(rows: list[list[Any]], cursor: Cursor) -> list[LogLine]:
+    """The unfinished lines for lines not received yet (the cursor does not move)."""
+    return [
+        LogLine(replica, seq, when, text)
+        for replica, seq, when, text in rows
+        if seq >= cursor.get(replica, 0)
+    ]
 
 
 def format_cursor(cursor: Cursor) -> str:

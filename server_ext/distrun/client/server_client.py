@@ -12,6 +12,7 @@ from distrun.client.log_resume import (
     MessageStream,
     RetryPolicy,
     StreamDisconnected,
+    after_cursor,
     format_cursor,
     fresh_lines,
     resumable_stream,
@@ -209,7 +210,7 @@ class ServerClient:
             lines += fresh
             cursor.update(answer.get("next") or {})
             if not fresh or tail is not None:
-                return LogPage(lines, cursor)
+                return LogPage(lines, cursor, after_cursor(answer.get("partial", []), cursor))
 
     async def _open_stream(
         self, job_id: str, cursor: Cursor, replicas: list[str] | None
