@@ -7,12 +7,14 @@ weights, and the checksum printed at the end shows it.
 
 A custom training loop rather than `model.fit`: with Keras 3 (TensorFlow >= 2.16), `fit` under
 MultiWorkerMirroredStrategy fails with "Attempt to convert a value (PerReplica...)"
-(keras-team/keras#20585); the loop below is TensorFlow's documented alternative.
+(keras-team/keras#20585); the loop below is TensorFlow's documented alternative. It draws
+Keras' own progress bar, as `fit` would; STEP_SECONDS paces the steps, to watch it move.
 """
 
 import hashlib
 import json
 import os
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -73,8 +75,15 @@ def main() -> None:
         per_replica_loss = strategy.run(replica_step, args=(x, y))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None)
 
+    step_seconds = float(os.environ.get("STEP_SECONDS", "0"))
     for epoch in range(EPOCHS):
-        total = sum(float(train_step()) for _ in range(STEPS_PER_EPOCH))
+        print(f"Epoch {epoch + 1}/{EPOCHS}", flush=True)
+        progress = tf.keras.utils.Progbar(STEPS_PER_EPOCH, stateful_metrics=["loss"])
+        total = 0.0
+        for step in range(STEPS_PER_EPOCH):
+            total += float(train_step())
+            time.sleep(step_seconds)
+            progress.update(step + 1, values=[("loss", total / (step + 1))])
         epoch_loss = total / STEPS_PER_EPOCH
         print(f"epoch {epoch} loss={epoch_loss:.4f}", flush=True)
 

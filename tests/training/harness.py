@@ -1,10 +1,13 @@
 """Run a job to its end through a real engine and read what its replicas printed."""
 
 import asyncio
+import json
 import re
 from collections import defaultdict
+from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +15,8 @@ from distrun.core.job import Job
 from distrun.core.logs import LogBatch
 from distrun.core.spec import JobSpec
 from distrun.engines.protocol import Engine
+from tests.conftest import kill_every_job
+from tests.server_process import ServerProcess
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 OWNER = "alice"
@@ -75,3 +80,43 @@ def reported_losses(lines: list[str]) -> list[float]:
 
 def weights_checksums(lines: list[str]) -> list[str]:
     return [m[1] for line in lines if (m := WEIGHTS_RE.match(line))]
+
+
+@dataclass
+class Streamed:
+    """What a websocket viewer of a job received, in order."""
+
+    job: dict[str, Any] = field(default_factory=dict)  # the last status
+    printed: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    # (replica, seq, text) of every unfinished-line update, and how many lines had arrived then
+    partials: list[tuple[str, int, str, int]] = field(default_factory=list)
+
+
+async def stream_through_a_server(workdir: Path, spec: dict[str, Any], timeout: float) -> Streamed:
+    """Submit `spec` to a real jupyter_server with the local engine and read the job's log
+    websocket to its end, as the JupyterLab extension does."""
+    server = await ServerProcess(workdir).astart()
+    streamed = Streamed()
+    try:
+        status, job = await server.request("POST", "distrun/jobs", {"spec": spec})
+        assert status == 201, job
+        ws = await server.websocket(f"distrun/jobs/{job['id']}/logs/stream")
+        async with asyncio.timeout(timeout):
+            while (message := await ws.read_message()) is not None:
+                _record(streamed, json.loads(message))
+    finally:
+        server.stop()
+        kill_every_job(server.state_dir)
+    return streamed
+
+
+def _record(streamed: Streamed, message: dict[str, Any]) -> None:
+    if message["type"] == "status":
+        streamed.job = message["job"]
+    elif message["type"] == "lines":
+        for replica, _, _, text in message["lines"]:
+            streamed.printed[replica].append(text)
+    elif message["type"] == "partial":
+        for replica, seq, _, text in message["lines"]:
+            received = len(streamed.printed[replica])
+            streamed.partials.append((replica, seq, text, received))
