@@ -16,21 +16,17 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from _common import (
-    REPO,
-    free_port,
+    BenchServer,
     median,
     ms,
     percentile,
-    server_command,
     skip,
     use_repo_package,
 )
@@ -38,7 +34,6 @@ from _common import (
 REPLICAS = 8
 PACED_INTERVAL = 0.005  # seconds between lines of one replica: 200 lines/s each
 PACED_LINES = 400  # two seconds
-SERVER_START_TIMEOUT = 90.0
 RUN_TIMEOUT = 100.0
 
 REPLICA_CODE = """\
@@ -140,75 +135,9 @@ async def through_pipes(lines: int, interval: float, start_file: Path) -> Result
     return receiver.result()
 
 
-class Server:
-    """A real jupyter_server with the distrun extension, on a free loopback port, token auth."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.port = free_port()
-        self.token = os.urandom(16).hex()
-        self.log_path = root / "server.log"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"token {self.token}"}
-
-    def launch(self) -> None:
-        config = {
-            "ServerApp": {"jpserver_extensions": {"distrun": True}},
-            "DistrunApp": {"state_dir": str(self.root / "state")},
-        }
-        argv, env = server_command(self.root, self.port, self.token, config)
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-    async def wait_until_ready(self) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + SERVER_START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                skip(f"jupyter_server exited at start:\n{self.log_tail()}")
-            try:
-                status, _ = await self.request("GET", "/distrun/engines")
-            except OSError:
-                await asyncio.sleep(0.2)
-                continue
-            if status == 200:
-                return
-            skip(f"the distrun server extension is not loaded (GET /distrun/engines: {status})")
-        skip(f"jupyter_server did not answer within {SERVER_START_TIMEOUT:.0f} s")
-
-    async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        from tornado.httpclient import AsyncHTTPClient, HTTPClientError
-
-        payload = None if body is None else json.dumps(body)
-        try:
-            response = await AsyncHTTPClient().fetch(
-                self.url + path, method=method, headers=self.headers(), body=payload
-            )
-        except HTTPClientError as error:
-            return error.code, None
-        return response.code, json.loads(response.body or b"null")
-
-    def log_tail(self, lines: int = 20) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
-async def through_server(server: Server, lines: int, interval: float, start_file: Path) -> Result:
+async def through_server(
+    server: BenchServer, lines: int, interval: float, start_file: Path
+) -> Result:
     from tornado.httpclient import HTTPRequest
     from tornado.websocket import websocket_connect
 
@@ -266,12 +195,9 @@ async def main() -> None:
     parser.add_argument("--repetitions", type=int, default=3)
     args = parser.parse_args()
     use_repo_package()
-    if not (REPO / "server_ext" / "distrun" / "app.py").exists():
-        skip("the distrun server extension (distrun.app) is not in this checkout")
-
     with tempfile.TemporaryDirectory(prefix="distrun-bench-") as tmp:
         root = Path(tmp)
-        server = Server(root)
+        server = BenchServer(root)
         try:
             server.launch()
             await server.wait_until_ready()

@@ -1,4 +1,5 @@
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,30 @@ def test_splitter_does_not_cut_inside_a_utf8_character() -> None:
     splitter = LineSplitter(4)
     lines = splitter.feed("aaé€\n".encode())  # b"aa\xc3\xa9\xe2\x82\xac\n"
     assert lines == ["aaé".encode(), "€".encode()]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_splitter_gives_the_same_lines_whatever_the_pieces(seed: int) -> None:
+    rng = random.Random(seed)
+    data = b"".join(
+        rng.choice([b"\r", b"x" * rng.randint(0, 30), b"\xc3\xa9", b"\n", b"y" * 200])
+        for _ in range(300)
+    )
+    whole = LineSplitter(64)
+    expected = whole.feed(data) + whole.flush()
+    pieces = LineSplitter(64)
+    got: list[bytes] = []
+    start = 0
+    while start < len(data):
+        end = start + rng.randint(1, 40)
+        got += pieces.feed(data[start:end])
+        start = end
+    assert got + pieces.flush() == expected
+
+
+def test_the_unfinished_line_holds_back_a_cut_character() -> None:
+    splitter = LineSplitter(64)
+    splitter.feed(b"done\nloading caf\xc3")
+    assert splitter.unfinished() == "loading caf"
+    splitter.feed(b"\xa9")
+    assert splitter.unfinished() == "loading café"

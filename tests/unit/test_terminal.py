@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distrun.core.terminal import plain_text, visible_line
+from distrun.core.terminal import last_redraws, plain_text, visible_line
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -58,6 +58,14 @@ def test_a_lone_escape_at_the_end_is_dropped() -> None:
 
 def test_an_8_bit_sgr_is_kept_as_the_7_bit_one() -> None:
     assert visible_line("\x9b31mred") == "\x1b[31mred\x1b[0m"
+
+
+def test_the_last_redraws_of_a_long_bar_show_what_the_whole_does() -> None:
+    bar = "".join(f"\rstep {i:5d}|{'#' * (i % 40):<40}|" for i in range(10_000))
+    tail = last_redraws(bar, 200)
+    assert len(tail) < 300 and tail.startswith("\r")
+    assert visible_line(tail) == visible_line(bar)
+    assert last_redraws("short", 200) == "short"
 
 
 def test_plain_text_is_what_is_seen_without_colours() -> None:

@@ -64,6 +64,16 @@ def visible_line(text: str) -> str:
     return _render(cells)
 
 
+def last_redraws(text: str, keep: int) -> str:
+    """The end of a line redrawn many times, from a carriage return at least `keep` characters
+    before its end (or all of it): what a terminal shows of the whole, for any bar narrower
+    than `keep`, at a cost that does not grow with the redraws."""
+    if len(text) <= keep:
+        return text
+    start = text.rfind("\r", 0, len(text) - keep)
+    return text if start < 0 else text[start:]
+
+
 def plain_text(text: str) -> str:
     """What a reader sees of `text`, without its colours: for searching and for metrics."""
     return _ESCAPE.sub("", visible_line(text))

@@ -28,7 +28,7 @@ import aiohttp
 
 from distrun.core.errors import Conflict, DistrunError, NotFound
 from distrun.core.logs import PARTIAL_MAX_CHARS, LogLine
-from distrun.core.terminal import visible_line
+from distrun.core.terminal import last_redraws, visible_line
 from distrun.engines.kube.client import CONFIGMAPS, KubeApi, StreamedLines
 
 LEDGER_ANNOTATION = "distrun.io/log-ledger"
@@ -70,8 +70,8 @@ def parse_unfinished(raw: bytes) -> tuple[float, str]:
     when = parse_time(stamp.decode("ascii", "replace"))
     if when is None:
         when, rest = time.time(), raw
-    text = visible_line(codecs.getincrementaldecoder("utf-8")("replace").decode(rest))
-    return when, text[:PARTIAL_MAX_CHARS]
+    text = codecs.getincrementaldecoder("utf-8")("replace").decode(rest)
+    return when, visible_line(last_redraws(text, 4 * PARTIAL_MAX_CHARS))[:PARTIAL_MAX_CHARS]
 
 
 def parse_time(stamp: str) -> float | None:

@@ -48,13 +48,15 @@ class LineSplitter:
             raise ValueError("max_line_bytes must be at least 4")
         self._max = max_line_bytes
         self._partial = bytearray()
+        self._scanned = 0  # bytes of the held partial line known to hold no newline
 
     def feed(self, data: bytes) -> list[bytes]:
         self._partial += data
         lines: list[bytes] = []
         start = 0
         while True:
-            newline = self._partial.find(b"\n", start, start + self._max + 1)
+            # A line redrawn in place grows by small writes: never scan its start again.
+            newline = self._partial.find(b"\n", max(start, self._scanned), start + self._max + 1)
             if newline >= 0:
                 lines.append(bytes(self._partial[start:newline]))
                 start = newline + 1
@@ -65,11 +67,13 @@ class LineSplitter:
             else:
                 break
         del self._partial[:start]
+        self._scanned = len(self._partial)
         return lines
 
     def flush(self) -> list[bytes]:
         """The held partial line, if any (at EOF)."""
         rest, self._partial = bytes(self._partial), bytearray()
+        self._scanned = 0
         return [rest] if rest else []
 
     def unfinished(self) -> str:

@@ -15,7 +15,7 @@ from collections import deque
 from distrun.core.frameworks import FRAMEWORKS
 from distrun.core.job import JobState, ReplicaStatus
 from distrun.core.logs import PARTIAL_MAX_CHARS
-from distrun.core.terminal import visible_line
+from distrun.core.terminal import last_redraws, visible_line
 from distrun.engines.local.jobdir import JobFiles, JobStatus, write_json_atomic
 from distrun.engines.local.launch import Launch
 from distrun.engines.local.logstore import (
@@ -94,7 +94,8 @@ class _Replica:
         """Records the unfinished line as a terminal shows it, if it changed."""
         self.partial_timer = None
         self.partial_written_at = asyncio.get_running_loop().time()
-        shown = visible_line(self.splitter.unfinished())[:PARTIAL_MAX_CHARS]
+        unfinished = last_redraws(self.splitter.unfinished(), 4 * PARTIAL_MAX_CHARS)
+        shown = visible_line(unfinished)[:PARTIAL_MAX_CHARS]
         if shown == self.partial_shown:
             return
         self.partial_shown = shown
