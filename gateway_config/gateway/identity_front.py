@@ -40,6 +40,7 @@ from typing import Any, NoReturn
 
 from tornado import httpclient, web, websocket
 from tornado.httputil import HTTPHeaders
+from user_namespaces import user_namespace
 
 log = logging.getLogger("distrun.identity_front")
 
@@ -71,11 +72,16 @@ def verify_token(key: bytes, token: str) -> str | None:
 
 def kernel_namespace(policy: str, username: str) -> str | None:
     """The namespace a user's kernel pods run in: `policy` is "", a fixed namespace, or a
-    template with `{username}` (one namespace per user). None: the user's name cannot form one."""
+    template with `{username}`: the user's own namespace, named as the hub's profile hook names
+    it (user_namespaces.py). None: no namespace can be formed."""
     if not policy:
         return None
-    namespace = policy.replace("{username}", username.lower())
-    return namespace if NAMESPACE_RE.match(namespace) else None
+    if "{username}" not in policy:
+        return policy if NAMESPACE_RE.match(policy) else None
+    try:
+        return user_namespace(policy, username)
+    except ValueError:
+        return None
 
 
 # --- configuration and ownership ------------------------------------------------------------

@@ -20,9 +20,12 @@ import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 TEMPLATE = Path(__file__).with_name("kernel-pod.yaml.j2")
-# Variables the kernel container gets: its identity, how to reach the gateway, and the
-# distrun client settings forwarded from the user's notebook server.
-POD_ENV_PREFIXES = ("KERNEL_", "DISTRUN_URL", "DISTRUN_TOKEN")
+# Variables the kernel container gets: its identity, how to reach the gateway, and where the
+# user's notebook server is. Never a token: DISTRUN_TOKEN, which the notebook server forwards,
+# stays in this process; the pod reads it from the user's Secret (DISTRUN_KERNEL_TOKEN_SECRET)
+# by reference, so no pod spec holds it.
+POD_ENV_PREFIXES = ("KERNEL_", "DISTRUN_URL")
+TOKEN_SECRET_KEY = "jupyterhub-api-token"
 PROTOCOL_ENV = ("RESPONSE_ADDRESS", "PUBLIC_KEY", "PORT_RANGE")
 DEFAULTS = {
     "kernel_cpus": ("DISTRUN_KERNEL_CPU", "500m"),
@@ -78,7 +81,12 @@ def render_pod(
         if name.startswith(POD_ENV_PREFIXES) or name in PROTOCOL_ENV
     }
     env.update(extra_env)
-    pod["spec"]["containers"][0]["env"] = [{"name": k, "value": v} for k, v in sorted(env.items())]
+    variables: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(env.items())]
+    secret = environ.get("DISTRUN_KERNEL_TOKEN_SECRET")
+    if secret:
+        selector = {"name": secret, "key": TOKEN_SECRET_KEY, "optional": True}
+        variables.append({"name": "DISTRUN_TOKEN", "valueFrom": {"secretKeyRef": selector}})
+    pod["spec"]["containers"][0]["env"] = variables
     return pod
 
 

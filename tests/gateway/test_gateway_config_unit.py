@@ -1,20 +1,26 @@
 """Pure functions of gateway_config: user tokens, kernel namespaces, the kernel pod."""
 
-import hashlib
-import hmac
 import sys
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 import yaml
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 GATEWAY_CONFIG = Path(__file__).resolve().parents[2] / "gateway_config"
-sys.path[:0] = [str(GATEWAY_CONFIG / "gateway"), str(GATEWAY_CONFIG / "kernel_pod")]
+sys.path[:0] = [
+    str(GATEWAY_CONFIG / "gateway"),
+    str(GATEWAY_CONFIG / "kernel_pod"),
+    str(GATEWAY_CONFIG / "profiles"),
+]
+import distrun_profiles
 from identity_front import kernel_namespace, user_token, verify_token
 from launch_kernel_pod import label_value, render_pod
+from user_namespaces import NAMESPACE_RE, user_namespace
 
-sys.path[:2] = []
+sys.path[:3] = []
+PROFILE = distrun_profiles.ProfileSettings(notebook_cluster_role="notebook")
 KEY = b"0123456789abcdef0123456789abcdef"
 
 
@@ -32,29 +38,41 @@ def test_user_names_with_dots_and_at_signs_round_trip_but_control_characters_do_
     assert verify_token(KEY, user_token(KEY, "")) is None
 
 
-def test_the_hub_snippet_in_jupyterhub_values_signs_tokens_the_front_accepts() -> None:
+def test_the_hub_config_in_jupyterhub_values_installs_the_profile_hooks() -> None:
     values = yaml.safe_load((GATEWAY_CONFIG.parent / "helm" / "jupyterhub-values.yaml").read_text())
-    snippet = values["hub"]["extraConfig"]["distrun-gateway-token"]
-
-    class Spawner:
-        class user:
-            name = "alice"
+    snippet = values["hub"]["extraConfig"]["distrun-profiles"]
+    mount = values["hub"]["extraVolumeMounts"][0]["mountPath"]
+    assert f'sys.path.insert(0, "{mount}")' in snippet
 
     class KubeSpawner:
-        environment: ClassVar[dict[str, object]] = {}
-
-    class Config:
         pass
 
-    config = Config()
-    config.KubeSpawner = KubeSpawner  # type: ignore[attr-defined]
-    env = {"DISTRUN_GATEWAY_USER_KEY": KEY.decode()}
-    namespace = {"c": config, "os": type("os", (), {"environ": env})}
-    exec(snippet.replace("import os\n", ""), namespace)  # noqa: S102  (run it as the hub does)
-    token = KubeSpawner.environment["DISTRUN_GATEWAY_TOKEN"](Spawner())  # type: ignore[operator]
-    assert verify_token(KEY, token) == "alice"
-    expected = hmac.new(KEY, b"distrun-gateway-v1\0alice", hashlib.sha256).hexdigest()
-    assert token == f"{expected}.alice"
+    config = type("Config", (), {"KubeSpawner": KubeSpawner})()
+    exec(snippet.replace(mount, str(GATEWAY_CONFIG / "profiles")), {"c": config})  # noqa: S102
+    assert KubeSpawner.enable_user_namespaces is True  # type: ignore[attr-defined]
+    assert KubeSpawner.pre_spawn_hook is distrun_profiles.pre_spawn_hook  # type: ignore[attr-defined]
+    assert KubeSpawner.modify_pod_hook is distrun_profiles.modify_pod_hook  # type: ignore[attr-defined]
+
+
+def test_the_gateway_token_the_profile_hook_stores_is_one_the_front_accepts() -> None:
+    assert verify_token(KEY, distrun_profiles.gateway_token(KEY, "alice")) == "alice"
+
+
+def test_no_token_stays_a_literal_value_of_the_notebook_pod(monkeypatch) -> None:
+    from kubernetes_asyncio.client import V1Container, V1EnvVar, V1Pod, V1PodSpec
+
+    monkeypatch.setattr(distrun_profiles, "_settings", PROFILE)
+    env = [V1EnvVar(name="JUPYTERHUB_API_TOKEN", value="alices-token"),
+           V1EnvVar(name="JPY_API_TOKEN", value="alices-token"),
+           V1EnvVar(name="JUPYTERHUB_USER", value="alice")]  # fmt: skip
+    pod = V1Pod(spec=V1PodSpec(containers=[V1Container(name="notebook", env=env)]))
+    spec = distrun_profiles.modify_pod_hook(None, pod).to_dict()
+    assert "alices-token" not in str(spec)
+    variables = {v["name"]: v for v in spec["spec"]["containers"][0]["env"]}
+    assert variables["JUPYTERHUB_USER"]["value"] == "alice"
+    for name, key in distrun_profiles.SECRET_ENV.items():
+        reference = variables[name]["value_from"]["secret_key_ref"]
+        assert (reference["name"], reference["key"]) == ("distrun-user-tokens", key)
 
 
 @pytest.mark.parametrize(
@@ -62,8 +80,11 @@ def test_the_hub_snippet_in_jupyterhub_values_signs_tokens_the_front_accepts() -
     [
         ("", "alice", None),
         ("kernels", "alice", "kernels"),
-        ("jupyter-{username}", "Alice", "jupyter-alice"),
-        ("jupyter-{username}", "first.last", None),  # not a DNS label: refused, not mangled
+        ("jupyter-{username}", "alice", "jupyter-alice"),
+        # not a safe name as it is: its own namespace, never another user's
+        ("jupyter-{username}", "Alice", "jupyter-alice--3bc51062"),
+        ("jupyter-{username}", "first.last", "jupyter-first-last--23e1b5a0"),
+        ("{username}" + "x" * 60, "alice", None),  # no room for a name
     ],
 )
 def test_kernel_namespace_follows_the_policy(policy: str, user: str, namespace: str | None) -> None:
@@ -80,6 +101,8 @@ KERNEL_ENV = {
     "KERNEL_GID": "100",
     "KERNEL_NAME": "python_distrun",
     "DISTRUN_URL": "http://10.0.0.7:8888/user/alice/",
+    "DISTRUN_TOKEN": "alices-hub-token",
+    "DISTRUN_KERNEL_TOKEN_SECRET": "distrun-user-tokens",
     "PATH": "/usr/bin",
     "EG_AUTH_TOKEN": "must-not-leak",
 }
@@ -99,8 +122,16 @@ def test_the_kernel_pod_is_non_root_labelled_with_its_user_and_carries_only_kern
     container = pod["spec"]["containers"][0]
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
-    env = {item["name"]: item["value"] for item in container["env"]}
+    env = {item["name"]: item["value"] for item in container["env"] if "value" in item}
     assert env["KERNEL_USERNAME"] == "alice@example.org"
+    # The user's token reaches the kernel from their Secret, by reference: no pod spec holds it.
+    assert "alices-hub-token" not in str(pod)
+    [token] = [item for item in container["env"] if item["name"] == "DISTRUN_TOKEN"]
+    assert token["valueFrom"]["secretKeyRef"] == {
+        "name": "distrun-user-tokens",
+        "key": "jupyterhub-api-token",
+        "optional": True,
+    }
     assert env["RESPONSE_ADDRESS"] == "10.0.0.2:8877"
     assert env["DISTRUN_URL"] == "http://10.0.0.7:8888/user/alice/"
     assert "EG_AUTH_TOKEN" not in env and "PATH" not in env
@@ -123,3 +154,24 @@ def test_label_values_are_valid_labels() -> None:
     assert label_value("first.last@example.org") == "first.last-example.org"
     assert label_value("-" * 70) == "unknown"
     assert len(label_value("a" * 100)) == 63
+
+
+@given(st.text(min_size=1, max_size=80), st.text(min_size=1, max_size=80))
+def test_two_users_never_share_a_namespace(first: str, second: str) -> None:
+    assume(first != second)
+    assert user_namespace("distrun-{username}", first) != user_namespace(
+        "distrun-{username}", second
+    )
+
+
+@given(st.text(min_size=1, max_size=200))
+def test_every_username_forms_a_valid_namespace(username: str) -> None:
+    assert NAMESPACE_RE.match(user_namespace("distrun-{username}", username))
+
+
+@given(st.text(min_size=1, max_size=90))
+def test_the_engines_name_a_users_namespace_as_the_hub_does(username: str) -> None:
+    from distrun.engines.kube.client import namespace_for
+
+    template = "distrun-{username}"
+    assert namespace_for(template, username) == user_namespace(template, username)

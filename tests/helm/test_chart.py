@@ -68,12 +68,18 @@ def test_the_gateway_runs_two_replicas_behind_the_front_with_kernels_from_config
     assert env["EG_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "eg-token"
     front_env = {e["name"]: e for e in front["env"]}
     assert front_env["DISTRUN_FRONT_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "user-key"
-    assert front_env["DISTRUN_FRONT_KERNEL_NAMESPACE"]["value"] == "jhub"
+    # Each user's kernels run in that user's namespace, named as the hub names it.
+    assert front_env["DISTRUN_FRONT_KERNEL_NAMESPACE"]["value"] == "distrun-{username}"
+    assert env["DISTRUN_KERNEL_TOKEN_SECRET"]["value"] == "distrun-user-tokens"
 
     # The ConfigMaps carry gateway_config/ byte for byte: one source, no copies.
     config = one(objects, "ConfigMap", "distrun-distrun-gateway")["data"]
-    for name in ("distrun_gateway.py", "identity_front.py", "enterprise_gateway_config.py"):
+    names = ("distrun_gateway.py", "identity_front.py", "enterprise_gateway_config.py")
+    for name in (*names, "user_namespaces.py"):
         assert config[name] == (GATEWAY_CONFIG / "gateway" / name).read_text().rstrip("\n")
+    profiles = one(objects, "ConfigMap", "distrun-distrun-profiles")["data"]
+    hook = GATEWAY_CONFIG / "profiles" / "distrun_profiles.py"
+    assert profiles["distrun_profiles.py"] == hook.read_text().rstrip("\n")
     specs = one(objects, "ConfigMap", "distrun-distrun-kernelspecs")["data"]
     for name in ("python_distrun", "python_distrun_gpu"):
         spec = json.loads(specs[f"{name}.kernel.json"])
@@ -97,7 +103,13 @@ def test_only_notebook_servers_reach_the_front_and_only_kernels_the_response_por
     assert front_rule["ports"] == [{"port": 8888, "protocol": "TCP"}]
     notebooks = front_rule["from"][0]
     assert notebooks["podSelector"]["matchLabels"] == {"component": "singleuser-server"}
-    assert notebooks["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "jhub"}
+    assert notebooks["namespaceSelector"]["matchLabels"] == {"distrun.io/profile": "true"}
+    legacy = one(render(helm, "--set", "profiles.enabled=false"), "NetworkPolicy")["spec"][
+        "ingress"
+    ][0]
+    assert legacy["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "jhub"
+    }
     assert response_rule["ports"] == [{"port": 8877, "protocol": "TCP"}]
     assert response_rule["from"][0]["podSelector"]["matchLabels"]["component"] == "kernel"
 
@@ -105,7 +117,9 @@ def test_only_notebook_servers_reach_the_front_and_only_kernels_the_response_por
 def test_singleuser_rbac_covers_jobs_configmaps_pods_logs_events_and_nothing_else(
     helm: Path,
 ) -> None:
-    objects = render(helm, "--set", "singleuser.jobNamespaces={team-a,team-b}")
+    objects = render(
+        helm, "--set", "singleuser.jobNamespaces={team-a,team-b}", "--set", "profiles.enabled=false"
+    )
     roles = [
         r for r in by_kind(objects, "Role") if r["metadata"]["name"].endswith("singleuser-jobs")
     ]
@@ -129,7 +143,9 @@ def test_singleuser_rbac_covers_jobs_configmaps_pods_logs_events_and_nothing_els
 def test_per_user_namespaces_get_a_cluster_wide_pod_role_and_a_template_for_the_front(
     helm: Path,
 ) -> None:
-    objects = render(helm, "--set", "kernels.namespacePolicy=per-user")
+    objects = render(
+        helm, "--set", "kernels.namespacePolicy=per-user", "--set", "profiles.enabled=false"
+    )
     rules = one(objects, "ClusterRole")["rules"]
     assert rules == [
         {"apiGroups": [""], "resources": ["pods"],
@@ -173,8 +189,42 @@ def test_jupyterhub_values_point_servers_at_the_gateway_with_their_own_token() -
     env = values["singleuser"]["extraEnv"]
     assert env["DISTRUN_GATEWAY_URL"].startswith("http://distrun-distrun-gateway.")
     assert env["DISTRUN_POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
-    assert values["singleuser"]["serviceAccountName"] == "distrun-singleuser"
+    assert env["DISTRUN_JOB_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.namespace"
+    )
+    assert values["singleuser"]["serviceAccountName"] == "distrun-notebook"
     key_ref = values["hub"]["extraEnv"]["DISTRUN_GATEWAY_USER_KEY"]["valueFrom"]["secretKeyRef"]
     assert key_ref == {"name": "distrun-distrun-gateway", "key": "user-key"}
-    assert "DISTRUN_GATEWAY_TOKEN" in values["hub"]["extraConfig"]["distrun-gateway-token"]
+    volume = values["hub"]["extraVolumes"][0]["configMap"]["name"]
+    assert volume == "distrun-distrun-profiles"
+    assert "distrun_profiles.pre_spawn_hook" in values["hub"]["extraConfig"]["distrun-profiles"]
     assert "DISTRUN_GATEWAY_TOKEN" not in env  # never one shared token in the pod spec
+
+
+def test_profiles_give_users_cluster_roles_to_be_bound_in_their_namespace_only(
+    helm: Path,
+) -> None:
+    objects = render(helm)
+    assert not by_kind(objects, "Role") and not by_kind(objects, "RoleBinding")
+    roles = {r["metadata"]["name"]: r for r in by_kind(objects, "ClusterRole")}
+    notebook = roles["distrun-distrun-jhub-notebook"]
+    granted = {
+        (group, resource, verb)
+        for rule in notebook["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert ("kubeflow.org", "pytorchjobs", "create") in granted
+    assert not {r for _, r, _ in granted} & {"secrets", "roles", "rolebindings", "pods/exec"}
+    assert ("", "pods", "create") not in granted
+    # The hub binds exactly the notebook and gateway roles; nobody binds them cluster-wide.
+    hub = roles["distrun-distrun-jhub-hub-profiles"]
+    [bind] = [rule for rule in hub["rules"] if rule["verbs"] == ["bind"]]
+    assert sorted(bind["resourceNames"]) == [
+        "distrun-distrun-jhub-gateway-kernels",
+        "distrun-distrun-jhub-notebook",
+    ]
+    [binding] = by_kind(objects, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == "distrun-distrun-jhub-hub-profiles"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": "jhub"}]

@@ -79,7 +79,7 @@ def allowed(cluster: KubeCluster, user: str, namespace: str, check: tuple[str, .
     return bool(result.status.allowed)
 
 
-@pytest.mark.parametrize("policy", ["shared", "per-user"])
+@pytest.mark.parametrize("policy", ["profiles", "shared", "per-user"])
 def test_every_rendered_object_passes_a_server_side_dry_run(
     kube_cluster: KubeCluster,  # noqa: F811
     helm: Path,  # noqa: F811
@@ -87,9 +87,10 @@ def test_every_rendered_object_passes_a_server_side_dry_run(
     policy: str,
 ) -> None:
     release, _ = namespaces
-    objects = render(helm, "--set", f"kernels.namespacePolicy={policy}", namespace=release)
+    args = ["--set", "profiles.enabled=false", "--set", f"kernels.namespacePolicy={policy}"]
+    objects = render(helm, *(args if policy != "profiles" else []), namespace=release)
     kinds = {obj["kind"] for obj in objects}
-    assert {"Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy", "Role"} <= kinds
+    assert {"Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy"} <= kinds
     out = kubectl(kube_cluster, "apply", "--dry-run=server", "-n", release, "-o", "name",
                   "-f", "-", stdin=yaml.safe_dump_all(objects))  # fmt: skip
     assert len(out.split()) == len(objects)
@@ -103,7 +104,7 @@ def test_the_singleuser_account_can_run_jobs_in_its_namespace_and_nothing_elsewh
     release, other = namespaces
     rbac = [
         obj
-        for obj in render(helm, namespace=release)
+        for obj in render(helm, "--set", "profiles.enabled=false", namespace=release)
         if obj["kind"] in ("ServiceAccount", "Role", "RoleBinding")
     ]
     kubectl(kube_cluster, "apply", "-n", release, "-f", "-", stdin=yaml.safe_dump_all(rbac))

@@ -14,6 +14,7 @@ from distrun.engines.kube.manifests.common import (
     ANNOTATION_OWNER,
     ANNOTATION_SPEC,
     CODE_DIR,
+    HARDENED_CONTAINER,
     ClusterOptions,
     Target,
     escape_env_value,
@@ -123,7 +124,8 @@ def test_run_policy_carries_deadlines_ttl_and_gang_scheduling() -> None:
         queue="research",
         roles={"worker": {"replicas": 3}},
     )
-    policy = kubeflow(s, ClusterOptions(default_priority_class="low"))["spec"]["runPolicy"]
+    options = ClusterOptions(default_priority_class="low", allowed_queues=("research",))
+    policy = kubeflow(s, options)["spec"]["runPolicy"]
     assert policy["activeDeadlineSeconds"] == 600
     assert policy["ttlSecondsAfterFinished"] == 60
     assert policy["backoffLimit"] == 2
@@ -285,9 +287,52 @@ def test_volcano_job_has_one_task_per_role_gang_and_restart_policies() -> None:
 
 def test_volcano_queue_and_priority_come_from_the_spec_or_the_defaults() -> None:
     s = spec(priority_class="high")
-    options = ClusterOptions(default_queue="team")
+    options = ClusterOptions(default_queue="team", allowed_priority_classes=("high", "low"))
     body = volcano_job(s, TARGET, options, volcano_bundle(s, TARGET))["spec"]
     assert body["queue"] == "team" and body["priorityClassName"] == "high"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "options", "offer"),
+    [
+        ("queue", "research", ClusterOptions(), "none: leave queue out"),
+        ("queue", "vip", ClusterOptions(default_queue="team"), "team"),
+        ("queue", "vip", ClusterOptions(allowed_queues=("a", "b")), "a, b"),
+        ("priority_class", "critical", ClusterOptions(default_priority_class="low"), "low"),
+    ],
+)
+def test_only_the_administrators_queues_and_priority_classes_may_be_named(
+    field: str, value: str, options: ClusterOptions, offer: str
+) -> None:
+    s = spec(**{field: value})
+    for build in (
+        lambda: kubeflow(s, options),
+        lambda: volcano_job(s, TARGET, options, volcano_bundle(s, TARGET)),
+    ):
+        with pytest.raises(SpecError, match=f"{field} '{value}' is not one") as caught:
+            build()
+        assert caught.value.field == field and str(caught.value).endswith(offer)
+
+
+def test_every_replica_container_is_hardened_and_gets_no_api_token() -> None:
+    s = spec(roles={"master": {"replicas": 1}, "worker": {"replicas": 2}})
+    pods = [
+        t["template"]["spec"] for t in kubeflow(s, OPTIONS)["spec"]["pytorchReplicaSpecs"].values()
+    ]
+    pods += [
+        t["template"]["spec"]
+        for t in volcano_job(s, TARGET, OPTIONS, volcano_bundle(s, TARGET))["spec"]["tasks"]
+    ]
+    for pod in pods:
+        assert pod["automountServiceAccountToken"] is False
+        [container] = pod["containers"]
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+    strict = kubeflow(s, ClusterOptions(run_as_non_root=True))["spec"]["pytorchReplicaSpecs"]
+    assert strict["Worker"]["template"]["spec"]["containers"][0]["securityContext"]["runAsNonRoot"]
 
 
 def run_launcher(
@@ -366,7 +411,9 @@ def test_trainjob_runs_every_replica_as_a_node_of_the_runtime(
     patch = body["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
     pod = patch["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert pod["volumes"] == [bundle.volume]
-    assert pod["containers"] == [{"name": "node", "volumeMounts": [bundle.mount]}]
+    assert pod["containers"] == [
+        {"name": "node", "volumeMounts": [bundle.mount], "securityContext": HARDENED_CONTAINER}
+    ]
     seen = run_launcher(
         tmp_path, bundle, {"DISTRUN_GROUP": "node", "JOB_COMPLETION_INDEX": "0"}, monkeypatch
     )

@@ -26,7 +26,9 @@ app.kubernetes.io/component: gateway
 
 {{- /* What the identity front writes into KERNEL_NAMESPACE. */ -}}
 {{- define "distrun.namespacePolicy" -}}
-{{- if eq .Values.kernels.namespacePolicy "shared" -}}
+{{- if .Values.profiles.enabled -}}
+{{- .Values.profiles.namespaceTemplate -}}
+{{- else if eq .Values.kernels.namespacePolicy "shared" -}}
 {{- include "distrun.kernelNamespace" . -}}
 {{- else -}}
 {{- .Values.kernels.namespaceTemplate -}}
@@ -35,4 +37,45 @@ app.kubernetes.io/component: gateway
 
 {{- define "distrun.jobNamespaces" -}}
 {{- .Values.singleuser.jobNamespaces | default (list .Release.Namespace) | toJson -}}
+{{- end -}}
+
+{{- define "distrun.notebookClusterRole" -}}
+{{- printf "%s-%s-notebook" (include "distrun.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{- define "distrun.hubClusterRole" -}}
+{{- printf "%s-%s-hub-profiles" (include "distrun.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{- define "distrun.gatewayClusterRole" -}}
+{{- printf "%s-%s-gateway-kernels" (include "distrun.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{- /* The settings of distrun_profiles.ProfileSettings, as JSON. */ -}}
+{{- define "distrun.profileSettings" -}}
+{{- $p := .Values.profiles -}}
+{{- $network := dict
+      "enabled" $p.network.enabled
+      "hub_namespace" .Release.Namespace
+      "gateway_pod_labels" (include "distrun.gatewaySelector" . | fromYaml)
+      "hub_pod_labels" $p.hub.podLabels
+      "hub_port" $p.hub.port
+      "proxy_pod_labels" $p.hub.proxyPodLabels
+      "notebook_pod_labels" .Values.singleuser.podSelector
+      "api_server_cidrs" $p.network.apiServerCIDRs
+      "internet_egress" $p.network.internetEgress
+      "private_cidrs" $p.network.privateCIDRs -}}
+{{- $settings := dict
+      "namespace_template" $p.namespaceTemplate
+      "notebook_service_account" $p.notebookServiceAccount
+      "notebook_cluster_role" (include "distrun.notebookClusterRole" .)
+      "gateway_cluster_role" (include "distrun.gatewayClusterRole" .)
+      "gateway_service_account" (printf "%s-gateway" (include "distrun.fullname" .))
+      "gateway_namespace" .Release.Namespace
+      "pod_security" $p.podSecurity
+      "resource_quota" $p.resourceQuota
+      "limit_range" $p.limitRange
+      "allowed_priority_classes" $p.allowedPriorityClasses
+      "network" $network -}}
+{{- toPrettyJson $settings -}}
 {{- end -}}

@@ -7,6 +7,7 @@ without a line-length ceiling. Failures become domain errors with the API's mess
 
 import contextlib
 import copy
+import hashlib
 import json
 import os
 import re
@@ -21,7 +22,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from distrun.core.errors import Conflict, DistrunError, EngineError, Forbidden, NotFound, SpecError
 
 Obj = dict[str, Any]
-_NOT_DNS_RE = re.compile(r"[^a-z0-9-]+")
+_NOT_DNS_RE = re.compile(r"[^a-z0-9]+")
+_SAFE_NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*\Z")
 WATCH_SECONDS = 240  # the server ends a watch after this; we reconnect from the last version
 # Bytes a followed log may hold unread before the socket is no longer read (see stream_log).
 LOG_STREAM_BUFFER = 64 * 1024
@@ -43,15 +45,26 @@ async def new_api_client(kubeconfig: str | None = None, context: str | None = No
 
 
 def namespace_for(template: str, owner: str) -> str:
-    """`template` with `{username}` replaced by a DNS-safe form of `owner` ("distrun-{username}"),
-    or `template` itself when it names one namespace for everyone."""
+    """`template` with `{username}` replaced by `owner`'s safe name ("distrun-{username}"), or
+    `template` itself when it names one namespace for everyone. A name that is not a safe DNS
+    label part as it is gets cut down to one plus `--` and a hash of the exact name, so two
+    users never share a namespace ("Alice" and "alice" included); the same rule as the hub's
+    profile hook (gateway_config/gateway/user_namespaces.py)."""
     if "{username}" not in template:
         return template
-    safe = _NOT_DNS_RE.sub("-", owner.lower()).strip("-") or "user"
-    name = template.replace("{username}", safe)[:63].strip("-")
-    if not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", name):
-        raise EngineError(f"the namespace template {template!r} gives an invalid name {name!r}")
-    return name
+    room = 63 - len(template.replace("{username}", ""))
+    if _SAFE_NAME_RE.match(owner) and len(owner) <= room:
+        name = owner
+    else:
+        digest = hashlib.sha256(owner.encode()).hexdigest()[:8]
+        part = _NOT_DNS_RE.sub("-", owner.lower()).strip("-")[: room - 10].rstrip("-")
+        name = f"{part or 'u'}--{digest}"
+    namespace = template.replace("{username}", name)
+    if not re.match(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z", namespace):
+        raise EngineError(
+            f"the namespace template {template!r} gives an invalid name {namespace!r}"
+        )
+    return namespace
 
 
 def api_error(error: Exception, what: str) -> DistrunError:

@@ -19,6 +19,7 @@ from typing import Any
 
 from distrun.core import jobids
 from distrun.core.errors import (
+    Conflict,
     DistrunError,
     EngineError,
     Forbidden,
@@ -28,7 +29,7 @@ from distrun.core.errors import (
 )
 from distrun.core.job import Job, JobState, ReplicaStatus
 from distrun.core.logs import Cursor, JobUpdate, LogBatch, LogEvent, LogLine, PartialUpdate
-from distrun.core.spec import JobSpec, Limits, Resources, RoleSpec
+from distrun.core.spec import JobSpec, Limits
 from distrun.engines.cursors import selected_replicas, start_seqs
 from distrun.engines.kube.client import (
     CONFIGMAPS,
@@ -64,6 +65,11 @@ from distrun.engines.protocol import EngineInfo
 
 log = logging.getLogger(__name__)
 CANCELLED_REASON = "cancelled by the user"
+# A stored spec is checked by the rules of a new one, not by this server's size limits (which
+# may have changed since it was submitted).
+_STORED_SPEC_LIMITS = Limits(
+    max_replicas=1_000_000, max_gpus_per_replica=1_000_000, max_payload_bytes=1 << 60
+)
 LAST_LINES = 20
 WAITING_POLL_SECONDS = 2.0
 
@@ -102,7 +108,11 @@ class KubeEngine:
         tolerations: tuple[dict[str, Any], ...] | list[dict[str, Any]] = (),
         default_queue: str | None = None,
         default_priority_class: str | None = None,
+        allowed_queues: tuple[str, ...] | list[str] | None = None,
+        allowed_priority_classes: tuple[str, ...] | list[str] | None = None,
         cluster_domain: str | None = None,
+        run_as_non_root: bool = False,
+        automount_service_account_token: bool = False,
         limits: Limits | None = None,
     ) -> None:
         """`namespace` is one namespace for everyone or a template such as
@@ -118,7 +128,13 @@ class KubeEngine:
             tolerations=tuple(tolerations),
             default_queue=default_queue,
             default_priority_class=default_priority_class,
+            allowed_queues=None if allowed_queues is None else tuple(allowed_queues),
+            allowed_priority_classes=(
+                None if allowed_priority_classes is None else tuple(allowed_priority_classes)
+            ),
             cluster_domain=cluster_domain,
+            run_as_non_root=run_as_non_root,
+            automount_service_account_token=automount_service_account_token,
         )
         self.limits = limits or Limits()
         self._kubeconfig, self._context = kubeconfig, context
@@ -201,8 +217,17 @@ class KubeEngine:
             options={
                 "kinds": list(self.kinds),
                 "api": f"{self.resources[0].group}/{self.resources[0].version}",
+                "queues": self._choices(self.options.default_queue, self.options.allowed_queues),
+                "priority_classes": self._choices(
+                    self.options.default_priority_class, self.options.allowed_priority_classes
+                ),
             },
         )
+
+    @staticmethod
+    def _choices(default: str | None, allowed: tuple[str, ...] | None) -> list[str]:
+        """What a user may pick: the default first, then the allowed ones."""
+        return list(dict.fromkeys([*([default] if default else []), *(allowed or ())]))
 
     async def _missing_resources(self, api: KubeApi) -> list[str]:
         missing: list[str] = []
@@ -251,14 +276,22 @@ class KubeEngine:
         for obj in objects:
             if _owner(obj) != owner:
                 continue
-            spec = stored_spec(obj)
+            try:
+                spec = stored_spec(obj)
+            except Conflict as error:
+                jobs.append(unreadable_job(self.name, obj, error))
+                continue
             replicas = self._replica_pods(by_job.get(obj["metadata"]["name"], []), spec)
             jobs.append(describe(self.name, obj, spec, replicas, self.phase(obj)))
         return sorted(jobs, key=lambda job: job.created_at, reverse=True)
 
     async def get_job(self, job_id: str, owner: str) -> Job:
         api = await self.api()
-        obj, spec = await self._get_owned(api, job_id, owner)
+        obj = await self._owned_object(api, job_id, owner)
+        try:
+            spec = stored_spec(obj)
+        except Conflict as error:
+            return unreadable_job(self.name, obj, error)
         pods = await self._pods(api, obj, spec)
         job = describe(self.name, obj, spec, pods, self.phase(obj))
         if job.state == JobState.PENDING:
@@ -269,7 +302,12 @@ class KubeEngine:
 
     async def cancel(self, job_id: str, owner: str) -> Job:
         api = await self.api()
-        obj, spec = await self._get_owned(api, job_id, owner)
+        obj = await self._owned_object(api, job_id, owner)
+        try:
+            spec = stored_spec(obj)
+        except Conflict as error:  # nothing of distrun's runs it: take it away
+            await self.delete(job_id, owner)
+            return unreadable_job(self.name, obj, error)
         job = describe(self.name, obj, spec, {}, self.phase(obj))
         if job.state.terminal:
             return await self.get_job(job_id, owner)
@@ -283,7 +321,7 @@ class KubeEngine:
 
     async def delete(self, job_id: str, owner: str) -> None:
         api = await self.api()
-        obj, _spec = await self._get_owned(api, job_id, owner)
+        obj = await self._owned_object(api, job_id, owner)
         with contextlib.suppress(NotFound):
             namespace = obj["metadata"]["namespace"]
             await api.delete(self.resource_of(obj), namespace, job_id, "delete the job")
@@ -419,6 +457,11 @@ class KubeEngine:
             raise
 
     async def _get_owned(self, api: KubeApi, job_id: str, owner: str) -> tuple[Obj, JobSpec]:
+        """The job object and its spec; Conflict when the spec cannot be read."""
+        obj = await self._owned_object(api, job_id, owner)
+        return obj, stored_spec(obj)
+
+    async def _owned_object(self, api: KubeApi, job_id: str, owner: str) -> Obj:
         jobids.check_job_id(job_id)
         namespace = self.namespace_for(owner)
         for resource in await self.candidates(api, namespace, job_id):
@@ -434,7 +477,7 @@ class KubeEngine:
             or obj["metadata"].get("labels", {}).get(LABEL_MANAGED_BY) != "distrun"
         ):
             raise NotFound(f"no job {job_id!r}")
-        return obj, stored_spec(obj)
+        return obj
 
     async def _list_objects(self, api: KubeApi, namespace: str, selector: str) -> list[Obj]:
         objects: list[Obj] = []
@@ -705,17 +748,33 @@ class _Follow:
 
 
 def stored_spec(obj: Obj) -> JobSpec:
-    """The spec recorded on the job object at submission."""
+    """The spec recorded on the job object at submission, validated as a new one is (anyone
+    who may write the object may have written it); Conflict when it is not a valid spec."""
+    name = obj.get("metadata", {}).get("name")
     try:
-        data = json.loads(obj["metadata"]["annotations"][ANNOTATION_SPEC])
-        roles = {
-            name: RoleSpec(role["replicas"], Resources(**role.get("resources", {})))
-            for name, role in data.pop("roles").items()
-        }
-        return JobSpec(roles=roles, **data)
-    except (KeyError, TypeError, ValueError) as error:
-        name = obj.get("metadata", {}).get("name")
-        raise EngineError(f"job {name} has no readable distrun spec ({error})") from None
+        data = json.loads((obj["metadata"].get("annotations") or {})[ANNOTATION_SPEC])
+        return JobSpec.from_dict(data, _STORED_SPEC_LIMITS)
+    except (KeyError, TypeError, ValueError, SpecError) as error:
+        raise Conflict(
+            f"job {name} carries no valid distrun spec ({str(error)[:200]}); delete it"
+        ) from None
+
+
+def unreadable_job(engine: str, obj: Obj, error: Conflict) -> Job:
+    """A job object whose spec cannot be read: shown as such, with why."""
+    meta = obj["metadata"]
+    return Job(
+        id=meta["name"],
+        name=meta["name"],
+        owner=_owner(obj) or "",
+        engine=engine,
+        framework="generic",
+        state=JobState.FAILED,
+        created_at=k8s_time(meta.get("creationTimestamp")) or 0.0,
+        replicas=[],
+        spec=JobSpec.from_dict({"framework": "generic", "code": ""}),
+        reason=str(error),
+    )
 
 
 def _owner(obj: Obj) -> str | None:

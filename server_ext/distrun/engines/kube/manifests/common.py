@@ -43,7 +43,14 @@ class ClusterOptions:
     tolerations: tuple[dict[str, Any], ...] = ()
     default_queue: str | None = None
     default_priority_class: str | None = None
+    # Queues and PriorityClasses users may name; None: the default one only.
+    allowed_queues: tuple[str, ...] | None = None
+    allowed_priority_classes: tuple[str, ...] | None = None
     cluster_domain: str | None = None
+    # Replicas' hardening: runAsNonRoot where the images allow it (the frameworks' default
+    # images run as root); the API token mounted only where jobs call the API themselves.
+    run_as_non_root: bool = False
+    automount_service_account_token: bool = False
 
     def image(self, spec: JobSpec) -> str:
         return (
@@ -148,9 +155,28 @@ def resources(res: Resources) -> dict[str, Any]:
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
-def pod_spec_extras(options: ClusterOptions) -> dict[str, Any]:
-    """Pod-level settings from the operator's configuration."""
+# Every replica container: no privilege escalation, no capabilities, the runtime's seccomp
+# profile (what Pod Security's "restricted" level asks, but for running as non-root).
+HARDENED_CONTAINER: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def container_security(options: ClusterOptions) -> dict[str, Any]:
+    context = dict(HARDENED_CONTAINER)
+    if options.run_as_non_root:
+        context["runAsNonRoot"] = True
+    return context
+
+
+def pod_spec_extras(options: ClusterOptions, *, whole_pod_spec: bool = True) -> dict[str, Any]:
+    """Pod-level settings from the operator's configuration (`whole_pod_spec`: the kind takes a
+    whole PodSpec, not a patch of some of its fields)."""
     extras: dict[str, Any] = {}
+    if whole_pod_spec:
+        extras["automountServiceAccountToken"] = options.automount_service_account_token
     if options.image_pull_secrets:
         extras["imagePullSecrets"] = [{"name": name} for name in options.image_pull_secrets]
     if options.service_account:
@@ -163,8 +189,29 @@ def pod_spec_extras(options: ClusterOptions) -> dict[str, Any]:
 
 
 def queue(spec: JobSpec, options: ClusterOptions) -> str | None:
-    return spec.queue or options.default_queue
+    """The job's queue: the default one, or one of the administrator's allowed queues."""
+    return _allowed("queue", spec.queue, options.default_queue, options.allowed_queues)
 
 
 def priority_class(spec: JobSpec, options: ClusterOptions) -> str | None:
-    return spec.priority_class or options.default_priority_class
+    return _allowed(
+        "priority_class",
+        spec.priority_class,
+        options.default_priority_class,
+        options.allowed_priority_classes,
+    )
+
+
+def _allowed(
+    what: str, asked: str | None, default: str | None, allowed: tuple[str, ...] | None
+) -> str | None:
+    if asked is None or asked == default:
+        return default
+    choices = allowed if allowed is not None else ((default,) if default else ())
+    if asked not in choices:
+        offer = ", ".join(choices) if choices else f"none: leave {what} out"
+        raise SpecError(
+            f"{what} {asked!r} is not one this server lets you use; you may use {offer}",
+            field=what,
+        )
+    return asked

@@ -18,6 +18,7 @@ from distrun.engines.kube.manifests.common import (
     ClusterOptions,
     Target,
     base_env,
+    container_security,
     env_list,
     job_labels,
     object_metadata,
@@ -134,6 +135,7 @@ def _template(
         "env": env,
         "ports": [{"name": framework.port_name, "containerPort": framework.default_port}],
         "volumeMounts": [code.mount],
+        "securityContext": container_security(options),
     }
     res = resources(spec.roles[role].resources)
     if res:

@@ -18,6 +18,7 @@ from distrun.engines.kube.manifests.common import (
     ClusterOptions,
     Target,
     base_env,
+    container_security,
     env_list,
     job_labels,
     object_metadata,
@@ -124,8 +125,14 @@ def _node_resources(spec: JobSpec) -> Any:
 def _patch(target: Target, options: ClusterOptions, code: CodeBundle) -> dict[str, Any]:
     pod_spec = {
         "volumes": [code.volume],
-        "containers": [{"name": REPLICATED_JOB, "volumeMounts": [code.mount]}],
-        **pod_spec_extras(options),
+        "containers": [
+            {
+                "name": REPLICATED_JOB,
+                "volumeMounts": [code.mount],
+                "securityContext": container_security(options),
+            }
+        ],
+        **pod_spec_extras(options, whole_pod_spec=False),
     }
     pod_template = {
         "metadata": {"labels": job_labels(target.job_id, target.owner)},

@@ -20,6 +20,7 @@ from distrun.engines.kube.manifests.common import (
     ClusterOptions,
     Target,
     base_env,
+    container_security,
     env_list,
     job_labels,
     object_metadata,
@@ -118,6 +119,7 @@ def _template(
         "env": env_list(env),
         "ports": [{"name": framework.port_name[:15], "containerPort": framework.default_port}],
         "volumeMounts": [code.mount],
+        "securityContext": container_security(options),
     }
     res = resources(spec.roles[role].resources)
     if res:

@@ -1,0 +1,322 @@
+"""Per-user namespaces for JupyterHub on Kubernetes, the way Kubeflow's Profiles do it: each user's
+notebook server, kernels and jobs live in a namespace of their own, and no credential in any of
+their pods reaches beyond it.
+
+JupyterHub (KubeSpawner) calls two hooks, installed by helm/jupyterhub-values.yaml:
+
+- `pre_spawn_hook(spawner)` makes sure the user's namespace holds what `profile_objects` lists
+  (server-side apply, so a change of the chart's settings reaches every namespace at its
+  user's next spawn), stores the user's tokens in a Secret there, and points the spawner at
+  that namespace and its ServiceAccount;
+- `modify_pod_hook(spawner, pod)` replaces every token KubeSpawner would write into the pod
+  spec as a literal value with a reference to that Secret.
+
+What a user's namespace holds (all from the chart's settings, `ProfileSettings`):
+- Pod Security Admission labels (`baseline` by default, `restricted` possible): no privileged
+  pod, no hostPath, no host network, whoever creates the pod (an operator included);
+- the notebook server's ServiceAccount, bound (RoleBinding) to the ClusterRole with exactly
+  what distrun needs there, and the gateway's ServiceAccount bound to the ClusterRole that lets
+  it manage kernel pods there; nothing else is bound, so no ServiceAccount in the namespace
+  has more than the user;
+- a ResourceQuota and a LimitRange; where an allow-list of PriorityClasses is set, a quota of
+  zero pods for every other class;
+- NetworkPolicies: deny by default, then the namespace's own pods among themselves (a job's
+  replicas, the notebook server and its kernels), DNS, the gateway and the hub, the API server,
+  and the internet but no private address (so no other user's pod).
+
+Runs in the hub's image: the stdlib and kubernetes_asyncio (KubeSpawner's own client) only.
+"""
+
+import hashlib
+import hmac
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from user_namespaces import user_namespace
+
+MANAGER = "distrun-profiles"
+SETTINGS_FILE = Path(
+    os.environ.get("DISTRUN_PROFILE_SETTINGS", "/etc/distrun/profiles/settings.json")
+)
+# Tokens KubeSpawner would put in the pod spec as literal values -> the Secret key holding each.
+SECRET_ENV = {
+    "JUPYTERHUB_API_TOKEN": "jupyterhub-api-token",
+    "JPY_API_TOKEN": "jupyterhub-api-token",
+    "DISTRUN_GATEWAY_TOKEN": "distrun-gateway-token",
+}
+GATEWAY_TOKEN_CONTEXT = b"distrun-gateway-v1\0"
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    enabled: bool = True
+    hub_namespace: str = "jhub"
+    gateway_pod_labels: dict[str, str] = field(default_factory=dict)
+    gateway_ports: tuple[int, ...] = (8888, 8877)
+    hub_pod_labels: dict[str, str] = field(default_factory=lambda: {"component": "hub"})
+    hub_port: int = 8081
+    proxy_pod_labels: dict[str, str] = field(default_factory=lambda: {"component": "proxy"})
+    notebook_pod_labels: dict[str, str] = field(
+        default_factory=lambda: {"component": "singleuser-server"}
+    )
+    notebook_port: int = 8888
+    api_server_cidrs: tuple[str, ...] = ()
+    internet_egress: bool = True
+    private_cidrs: tuple[str, ...] = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    notebook_cluster_role: str
+    namespace_template: str = "distrun-{username}"
+    notebook_service_account: str = "distrun-notebook"
+    gateway_cluster_role: str = ""
+    gateway_service_account: str = ""
+    gateway_namespace: str = ""
+    pod_security: str = "baseline"  # a Pod Security Admission level: baseline or restricted
+    resource_quota: dict[str, str] = field(default_factory=dict)  # ResourceQuota spec.hard
+    limit_range: list[dict[str, Any]] = field(default_factory=list)  # LimitRange spec.limits
+    allowed_priority_classes: tuple[str, ...] | None = None  # None: no restriction
+    tokens_secret: str = "distrun-user-tokens"
+    network: NetworkSettings = field(default_factory=NetworkSettings)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ProfileSettings":
+        network = NetworkSettings(
+            **{
+                k: tuple(v) if isinstance(v, list) else v
+                for k, v in data.pop("network", {}).items()
+            }
+        )
+        allowed = data.pop("allowed_priority_classes", None)
+        return cls(
+            **data,
+            network=network,
+            allowed_priority_classes=None if allowed is None else tuple(allowed),
+        )
+
+
+# --- the objects of a profile ---------------------------------------------------------------
+
+
+def profile_objects(settings: ProfileSettings, username: str) -> list[dict[str, Any]]:
+    """Everything the user's namespace holds, namespace first."""
+    namespace = user_namespace(settings.namespace_template, username)
+    objects = [
+        _namespace(settings, namespace, username),
+        _service_account(namespace, settings.notebook_service_account),
+        _binding(namespace, "distrun-notebook", settings.notebook_cluster_role,
+                 settings.notebook_service_account, namespace),
+    ]  # fmt: skip
+    if settings.gateway_cluster_role and settings.gateway_service_account:
+        objects.append(
+            _binding(namespace, "distrun-gateway-kernels", settings.gateway_cluster_role,
+                     settings.gateway_service_account, settings.gateway_namespace)
+        )  # fmt: skip
+    if settings.resource_quota:
+        objects.append(_quota(namespace, "distrun-quota", {"hard": settings.resource_quota}))
+    if settings.allowed_priority_classes is not None:
+        objects.append(_priority_class_quota(namespace, settings.allowed_priority_classes))
+    if settings.limit_range:
+        objects.append(_object("v1", "LimitRange", namespace, "distrun-limits",
+                               spec={"limits": settings.limit_range}))  # fmt: skip
+    if settings.network.enabled:
+        objects += network_policies(settings.network, namespace)
+    return objects
+
+
+def _object(
+    api_version: str, kind: str, namespace: str | None, name: str, **body: Any
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "labels": {"app.kubernetes.io/managed-by": MANAGER}}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    return {"apiVersion": api_version, "kind": kind, "metadata": metadata, **body}
+
+
+def _namespace(settings: ProfileSettings, namespace: str, username: str) -> dict[str, Any]:
+    obj = _object("v1", "Namespace", None, namespace)
+    level = settings.pod_security
+    for mode in ("enforce", "audit", "warn"):
+        obj["metadata"]["labels"][f"pod-security.kubernetes.io/{mode}"] = level
+        obj["metadata"]["labels"][f"pod-security.kubernetes.io/{mode}-version"] = "latest"
+    obj["metadata"]["labels"]["distrun.io/profile"] = "true"
+    obj["metadata"]["annotations"] = {"distrun.io/owner": username}
+    return obj
+
+
+def _service_account(namespace: str, name: str) -> dict[str, Any]:
+    return _object("v1", "ServiceAccount", namespace, name)
+
+
+def _binding(
+    namespace: str, name: str, cluster_role: str, account: str, account_namespace: str
+) -> dict[str, Any]:
+    return _object(
+        "rbac.authorization.k8s.io/v1", "RoleBinding", namespace, name,
+        roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                 "name": cluster_role},
+        subjects=[{"kind": "ServiceAccount", "name": account, "namespace": account_namespace}],
+    )  # fmt: skip
+
+
+def _quota(namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return _object("v1", "ResourceQuota", namespace, name, spec=spec)
+
+
+def _priority_class_quota(namespace: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+    """No pod of any PriorityClass outside `allowed` (quota admission refuses it)."""
+    expression: dict[str, Any] = {"scopeName": "PriorityClass", "operator": "NotIn"}
+    expression["values"] = list(allowed) if allowed else [""]
+    spec = {"hard": {"pods": "0"}, "scopeSelector": {"matchExpressions": [expression]}}
+    return _quota(namespace, "distrun-priority-classes", spec)
+
+
+def network_policies(net: NetworkSettings, namespace: str) -> list[dict[str, Any]]:
+    def policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return _object("networking.k8s.io/v1", "NetworkPolicy", namespace, name, spec=spec)
+
+    hub = {"kubernetes.io/metadata.name": net.hub_namespace}
+    ports = lambda *numbers: [{"port": n, "protocol": "TCP"} for n in numbers]
+    egress = [
+        {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name":
+                                                        "kube-system"}},
+                 "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+         "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
+        {"to": [{"namespaceSelector": {"matchLabels": hub},
+                 "podSelector": {"matchLabels": net.gateway_pod_labels}}],
+         "ports": ports(*net.gateway_ports)},
+        {"to": [{"namespaceSelector": {"matchLabels": hub},
+                 "podSelector": {"matchLabels": net.hub_pod_labels}}],
+         "ports": ports(net.hub_port)},
+    ]  # fmt: skip
+    if net.api_server_cidrs:
+        egress.append({"to": [{"ipBlock": {"cidr": cidr}} for cidr in net.api_server_cidrs]})
+    if net.internet_egress:
+        egress.append(
+            {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(net.private_cidrs)}}]}
+        )
+    return [
+        policy("distrun-default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
+        # The namespace's own pods: a job's replicas among themselves, kernels and the server.
+        policy("distrun-same-namespace", {
+            "podSelector": {}, "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [{"podSelector": {}}]}],
+            "egress": [{"to": [{"podSelector": {}}]}],
+        }),
+        policy("distrun-egress", {"podSelector": {}, "policyTypes": ["Egress"], "egress": egress}),
+        # The hub's proxy reaches the notebook server; the hub checks it is up.
+        policy("distrun-notebook-ingress", {
+            "podSelector": {"matchLabels": net.notebook_pod_labels},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [
+                {"namespaceSelector": {"matchLabels": hub},
+                 "podSelector": {"matchLabels": net.proxy_pod_labels}},
+                {"namespaceSelector": {"matchLabels": hub},
+                 "podSelector": {"matchLabels": net.hub_pod_labels}},
+            ], "ports": ports(net.notebook_port)}],
+        }),
+    ]  # fmt: skip
+
+
+def tokens_secret(
+    settings: ProfileSettings, namespace: str, tokens: dict[str, str]
+) -> dict[str, Any]:
+    secret = _object("v1", "Secret", namespace, settings.tokens_secret, type="Opaque")
+    secret["stringData"] = tokens
+    return secret
+
+
+def gateway_token(key: bytes, username: str, lifetime_seconds: int | None = None) -> str:
+    """The user's token for the gateway's identity front (its format is identity_front.py's)."""
+    del lifetime_seconds  # v1 tokens do not expire
+    mac = hmac.new(key, GATEWAY_TOKEN_CONTEXT + username.encode(), hashlib.sha256).hexdigest()
+    return f"{mac}.{username}"
+
+
+# --- applying them --------------------------------------------------------------------------
+
+_PATHS = {
+    "Namespace": "/api/v1/namespaces/{name}",
+    "ServiceAccount": "/api/v1/namespaces/{namespace}/serviceaccounts/{name}",
+    "Secret": "/api/v1/namespaces/{namespace}/secrets/{name}",
+    "ResourceQuota": "/api/v1/namespaces/{namespace}/resourcequotas/{name}",
+    "LimitRange": "/api/v1/namespaces/{namespace}/limitranges/{name}",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings/{name}",
+    "NetworkPolicy": "/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{name}",
+}
+
+
+async def apply(api_client: Any, objects: list[dict[str, Any]]) -> None:
+    """Server-side apply of each object, in order, as field manager `distrun-profiles`."""
+    for obj in objects:
+        meta = obj["metadata"]
+        path = _PATHS[obj["kind"]].format(name=meta["name"], namespace=meta.get("namespace", ""))
+        await api_client.call_api(
+            path,
+            "PATCH",
+            query_params=[("fieldManager", MANAGER), ("force", "true")],
+            header_params={"Content-Type": "application/apply-patch+yaml",
+                           "Accept": "application/json"},
+            body=obj,
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+        )  # fmt: skip
+
+
+async def ensure_profile(
+    api_client: Any, settings: ProfileSettings, username: str, tokens: dict[str, str]
+) -> str:
+    """Applies the user's profile and stores their tokens; the namespace's name."""
+    objects = profile_objects(settings, username)
+    namespace = str(objects[0]["metadata"]["name"])
+    await apply(api_client, [*objects, tokens_secret(settings, namespace, tokens)])
+    return namespace
+
+
+# --- the JupyterHub hooks -------------------------------------------------------------------
+
+_settings: ProfileSettings | None = None
+
+
+def settings() -> ProfileSettings:
+    global _settings
+    if _settings is None:
+        _settings = ProfileSettings.from_json(json.loads(SETTINGS_FILE.read_text()))
+    return _settings
+
+
+async def pre_spawn_hook(spawner: Any) -> None:
+    from kubernetes_asyncio import client, config
+
+    profile = settings()
+    username = spawner.user.name
+    tokens = {"jupyterhub-api-token": spawner.api_token}
+    key = os.environ.get("DISTRUN_GATEWAY_USER_KEY")
+    if key:
+        lifetime = int(os.environ.get("DISTRUN_GATEWAY_TOKEN_SECONDS", "0")) or None
+        tokens["distrun-gateway-token"] = gateway_token(key.encode(), username, lifetime)
+    config.load_incluster_config()
+    async with client.ApiClient() as api_client:
+        namespace = await ensure_profile(api_client, profile, username, tokens)
+    spawner.namespace = namespace
+    spawner.service_account = profile.notebook_service_account
+    spawner.log.info("distrun profile %s ready for %s", namespace, username)
+
+
+def modify_pod_hook(spawner: Any, pod: Any) -> Any:
+    """Every token variable of the pod's containers comes from the user's Secret, by reference,
+    never as a literal value of the pod spec."""
+    from kubernetes_asyncio.client import V1EnvVar, V1EnvVarSource, V1SecretKeySelector
+
+    secret = settings().tokens_secret
+    for container in pod.spec.containers:
+        env = [v for v in container.env or [] if v.name not in SECRET_ENV]
+        for name, key in SECRET_ENV.items():
+            selector = V1SecretKeySelector(name=secret, key=key, optional=True)
+            env.append(V1EnvVar(name=name, value_from=V1EnvVarSource(secret_key_ref=selector)))
+        container.env = env
+    return pod
