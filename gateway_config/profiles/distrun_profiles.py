@@ -168,10 +168,14 @@ def _quota(namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _priority_class_quota(namespace: str, allowed: tuple[str, ...]) -> dict[str, Any]:
-    """No pod of any PriorityClass outside `allowed` (quota admission refuses it)."""
-    expression: dict[str, Any] = {"scopeName": "PriorityClass", "operator": "NotIn"}
-    expression["values"] = list(allowed) if allowed else [""]
-    spec = {"hard": {"pods": "0"}, "scopeSelector": {"matchExpressions": [expression]}}
+    """No pod that names a PriorityClass outside `allowed` (quota admission refuses it; a
+    cluster's globalDefault class is written into pods that name none: allow it too)."""
+    expressions: list[dict[str, Any]] = [{"scopeName": "PriorityClass", "operator": "Exists"}]
+    if allowed:
+        expressions.append(
+            {"scopeName": "PriorityClass", "operator": "NotIn", "values": list(allowed)}
+        )
+    spec = {"hard": {"pods": "0"}, "scopeSelector": {"matchExpressions": expressions}}
     return _quota(namespace, "distrun-priority-classes", spec)
 
 

@@ -59,6 +59,7 @@ CONTROLLERS = (
     "serviceaccount-controller",
     "serviceaccount-token-controller",
     "root-ca-certificate-publisher-controller",
+    "resourcequota-controller",  # quotas are enforced only once it has counted their usage
 )
 ORDINARY_USERS = ("alice", "bob")
 STARTUP_TIMEOUT = 120.0  # seconds, per component; generous for a loaded 2-core machine
@@ -335,6 +336,25 @@ class KubeCluster:
         path = self.workdir / "kubeconfigs" / f"{user}.yaml"
         if not path.is_file():
             raise KeyError(f"no kubeconfig for {user!r}; users are {sorted(self.tokens)}")
+        return path
+
+    def service_account_kubeconfig(self, namespace: str, account: str) -> Path:
+        """A kubeconfig holding a fresh token of ServiceAccount `account` (as a pod of it
+        would hold one), written once per account."""
+        path = self.workdir / "kubeconfigs" / f"sa-{namespace}-{account}.yaml"
+        if path.is_file():
+            return path
+        core = kubernetes.client.CoreV1Api(self.admin)
+        request = core.create_namespaced_service_account_token(
+            account, namespace, {"spec": {"expirationSeconds": 24 * 3600}}
+        )
+        config = yaml.safe_load(self.kubeconfig("admin").read_text())
+        config["users"] = [{"name": account, "user": {"token": request.status.token}}]
+        context = {"cluster": "distrun-test", "user": account, "namespace": namespace}
+        config["contexts"] = [{"name": account, "context": context}]
+        config["current-context"] = account
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
         return path
 
     def write_kubeconfigs(self) -> None:

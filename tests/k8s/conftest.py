@@ -107,11 +107,11 @@ def kube_namespace(kube_cluster: KubeCluster) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def servers(
-    kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory
+    kube_cluster: KubeCluster,
 ) -> Iterator[tuple[DistrunServer, DistrunServer]]:
     """Two independent server processes with the same Kubernetes engines on the cluster, as
     the distrun-server ServiceAccount; the jobs they made are removed after the module."""
-    kubeconfig = prepare_server_identity(kube_cluster, tmp_path_factory.mktemp("srv"))
+    kubeconfig = prepare_server_identity(kube_cluster)
     engines = engine_config(kubeconfig)
     with running(DistrunServer(engines), DistrunServer(engines)) as (first, second):
         yield first, second

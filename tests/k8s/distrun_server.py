@@ -69,7 +69,7 @@ def engine_config(kubeconfig: Path) -> dict[str, Any]:
     }
 
 
-def prepare_server_identity(cluster: KubeCluster, workdir: Path) -> Path:
+def prepare_server_identity(cluster: KubeCluster) -> Path:
     """Namespaces for the users and the server's ServiceAccount, its ClusterRole bound in each
     user namespace, and a kubeconfig carrying a token for it. Idempotent per cluster."""
     core = kubernetes.client.CoreV1Api(cluster.admin)
@@ -110,19 +110,7 @@ def prepare_server_identity(cluster: KubeCluster, workdir: Path) -> Path:
                 },
             )
         )
-    request = core.create_namespaced_service_account_token(
-        SERVER_ACCOUNT, SERVER_NAMESPACE, {"spec": {"expirationSeconds": 24 * 3600}}
-    )
-    config = yaml.safe_load(cluster.kubeconfig("admin").read_text())
-    config["users"] = [{"name": SERVER_ACCOUNT, "user": {"token": request.status.token}}]
-    config["contexts"] = [
-        {"name": SERVER_ACCOUNT, "context": {"cluster": "distrun-test", "user": SERVER_ACCOUNT}}
-    ]
-    config["current-context"] = SERVER_ACCOUNT
-    path = workdir / "distrun-server.kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
+    return cluster.service_account_kubeconfig(SERVER_NAMESPACE, SERVER_ACCOUNT)
 
 
 def unreachable_kubeconfig(cluster: KubeCluster, workdir: Path) -> Path:

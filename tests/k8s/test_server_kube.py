@@ -43,8 +43,8 @@ CELL = "%engine=kubeflow\n%framework=pytorch\n%worker=1\nprint('hello from every
 
 
 @pytest.fixture(scope="module")
-def server_kubeconfig(kube_cluster: KubeCluster, tmp_path_factory: Any) -> Path:
-    return prepare_server_identity(kube_cluster, tmp_path_factory.mktemp("distrun-server"))
+def server_kubeconfig(kube_cluster: KubeCluster) -> Path:
+    return prepare_server_identity(kube_cluster)
 
 
 @pytest.fixture(scope="module")

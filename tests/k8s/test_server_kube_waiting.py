@@ -42,8 +42,8 @@ MASTER_ONLY = "%engine=kubeflow\n%framework=pytorch\n%worker=0\nprint('hi')\n"
 
 
 @pytest.fixture(scope="module")
-def server(kube_cluster: KubeCluster, tmp_path_factory: Any) -> Iterator[DistrunServer]:
-    kubeconfig: Path = prepare_server_identity(kube_cluster, tmp_path_factory.mktemp("srv"))
+def server(kube_cluster: KubeCluster) -> Iterator[DistrunServer]:
+    kubeconfig: Path = prepare_server_identity(kube_cluster)
     with running(DistrunServer(engine_config(kubeconfig))) as (started,):
         yield started
     delete_user_jobs(kube_cluster)
