@@ -76,10 +76,10 @@ test.describe('Run distributed', () => {
     page,
     request
   }) => {
-    test.skip(
-      !(await serverExtensionPresent(request)),
+    expect(
+      await serverExtensionPresent(request),
       'needs the distrun server extension and its local engine'
-    );
+    ).toBe(true);
     await runFirstCell(page, TWO_WORKERS);
     const job = page
       .locator('.jp-Cell')
@@ -102,10 +102,10 @@ test.describe('Run distributed', () => {
     request,
     tmpPath
   }) => {
-    test.skip(
-      !(await serverExtensionPresent(request)),
+    expect(
+      await serverExtensionPresent(request),
       'needs the distrun server extension and its local engine'
-    );
+    ).toBe(true);
     await runFirstCell(page, TWO_WORKERS);
     const status =
       '[data-test-id="distrun-job"] [data-test-id="distrun-job-status"]';
@@ -132,10 +132,10 @@ test.describe('Run distributed', () => {
   });
 
   test('the stop button cancels a running job', async ({ page, request }) => {
-    test.skip(
-      !(await serverExtensionPresent(request)),
+    expect(
+      await serverExtensionPresent(request),
       'needs the distrun server extension and its local engine'
-    );
+    ).toBe(true);
     await runFirstCell(page, SLOW_WORKERS);
     const job = page
       .locator('.jp-Cell')
@@ -158,10 +158,10 @@ test.describe('Run distributed', () => {
     page,
     request
   }) => {
-    test.skip(
-      !(await serverExtensionPresent(request)),
+    expect(
+      await serverExtensionPresent(request),
       'needs the distrun server extension and its local engine'
-    );
+    ).toBe(true);
     await runFirstCell(page, TWO_WORKERS);
     const jobId = await page
       .locator('[data-test-id="distrun-job"]')

@@ -62,6 +62,8 @@ export type LogTuple = [
 /** A server -> client websocket frame of `/distrun/jobs/{id}/logs/stream`. */
 export type StreamMessage =
   | { type: 'lines'; lines: LogTuple[] }
+  /** Replicas' unfinished lines (a progress bar being drawn), as a terminal shows them. */
+  | { type: 'partial'; lines: LogTuple[] }
   | { type: 'status'; job: IJob }
   | { type: 'end' }
   | { type: 'error'; message: string };

@@ -12,6 +12,8 @@ import { ITrans } from './trans';
 
 export interface IStreamHandlers {
   lines(lines: LogTuple[]): void;
+  /** Unfinished lines: each replaced by the line of its seq; an empty text takes one back. */
+  partial(lines: LogTuple[]): void;
   status(job: IJob): void;
   /** The job is terminal and every line was delivered. */
   end(): void;
@@ -71,6 +73,9 @@ export class JobStream implements IDisposable {
       case 'lines':
         this._handlers.lines(message.lines);
         break;
+      case 'partial':
+        this._handlers.partial(message.lines);
+        break;
       case 'status':
         this._handlers.status(message.job);
         break;
@@ -111,7 +116,7 @@ export class JobStream implements IDisposable {
 /** What a view of a job's stream handles: its lines, status and end, and notices to show. */
 export interface IJobStreamView extends Pick<
   IStreamHandlers,
-  'lines' | 'status' | 'end'
+  'lines' | 'partial' | 'status' | 'end'
 > {
   notice(message: string, isError: boolean): void;
 }
@@ -130,6 +135,7 @@ export function connectJobStream(
     jobId,
     {
       lines: lines => view.lines(lines),
+      partial: lines => view.partial(lines),
       status: job => view.status(job),
       end: () => view.end(),
       error: message => view.notice(message, true),

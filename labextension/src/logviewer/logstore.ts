@@ -12,6 +12,7 @@
  * all updated incrementally as lines arrive.
  */
 
+import { plainText } from '../common/ansi';
 import { LogTuple } from '../common/model';
 
 export const DEFAULT_CAPACITY = 2_000_000;
@@ -180,7 +181,8 @@ function lowerBound(
 
 /**
  * What the viewer shows of a store: the lines of the replicas not hidden, as rows 0..rows-1,
- * the rows matching the search (plain text, case-insensitive), and the first error.
+ * the rows matching the search (the text as shown, without colour codes and with carriage
+ * returns applied; case-insensitive), and the first error.
  */
 export class LogView {
   constructor(readonly store: LogStore) {}
@@ -343,7 +345,7 @@ export class LogView {
       }
       if (
         this._needle &&
-        store.text(line).toLowerCase().includes(this._needle)
+        plainText(store.text(line)).toLowerCase().includes(this._needle)
       ) {
         this._matches.push(line);
       }
@@ -359,7 +361,10 @@ export class LogView {
     }
     for (let line = from; line < to; line++) {
       const replica = store.replicas[store.replicaOf(line)];
-      if (!known.has(replica) && ERROR_PATTERN.test(store.text(line))) {
+      if (
+        !known.has(replica) &&
+        ERROR_PATTERN.test(plainText(store.text(line)))
+      ) {
         known.set(replica, line);
       }
     }

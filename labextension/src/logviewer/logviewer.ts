@@ -17,6 +17,7 @@ import {
 import { CommandRegistry } from '@lumino/commands';
 import { Panel, Widget } from '@lumino/widgets';
 
+import { appendAnsi, plainText } from '../common/ansi';
 import { replicaColorIndex, replicaPrefix } from '../common/colors';
 import { formatStatus } from '../common/format';
 import { distrunIcon } from '../common/icons';
@@ -27,6 +28,7 @@ import { MetricsPanel } from './metricspanel';
 import { IJob, isTerminal, LogTuple } from '../common/model';
 import { cellFromSpec } from '../common/specheader';
 import { connectJobStream, JobStream } from '../common/stream';
+import { UnfinishedLines } from '../common/unfinished';
 import { CommandIDs, TRANSLATION_DOMAIN } from '../common/tokens';
 import { VirtualList } from './virtuallist';
 
@@ -78,6 +80,8 @@ export class LogViewer extends Panel {
       scrolled: atEnd => this._setFollow(atEnd)
     });
     this._list.node.dataset.testId = 'distrun-viewer-log';
+    // JupyterLab's own ANSI colour classes apply to the rows (common/ansi).
+    this._list.addClass('jp-RenderedText');
     this._list.node.setAttribute('role', 'log');
     this._list.node.setAttribute(
       'aria-label',
@@ -90,6 +94,7 @@ export class LogViewer extends Panel {
     this._build();
     this._stream = connectJobStream(this.jobId, this._buffer, this._trans, {
       lines: lines => this._onLines(lines),
+      partial: lines => this._onPartial(lines),
       status: job => this._onStatus(job),
       end: () => this._onEnd(),
       notice: (message, isError) => this._showNotice(message, isError)
@@ -239,6 +244,11 @@ export class LogViewer extends Panel {
     );
     this._logsPane.addWidget(toolbar);
     this._logsPane.addWidget(this._list);
+    // Each replica's unfinished line (a progress bar being drawn), redrawn in place below.
+    this._live.addClass('jp-distrun-live');
+    this._live.addClass('jp-RenderedText');
+    this._live.node.dataset.testId = 'distrun-viewer-live';
+    this._logsPane.addWidget(this._live);
 
     this._specPane.addClass('jp-distrun-LogViewer-spec');
     this._specText.dataset.testId = 'distrun-viewer-spec';
@@ -368,8 +378,40 @@ export class LogViewer extends Panel {
 
   private _onLines(lines: LogTuple[]): void {
     if (this._buffer.push(lines) > 0) {
+      if (this._unfinished.finished(lines)) {
+        this._renderLive();
+      }
       this._schedule();
     }
+  }
+
+  private _onPartial(lines: LogTuple[]): void {
+    if (!this._unfinished.update(lines, this._buffer.cursor())) {
+      return;
+    }
+    for (const [replica, seq, , text] of lines) {
+      if (text) {
+        this._metricStore.addPartial(replica, seq, text);
+      }
+    }
+    this._metricStore.touch();
+    this._renderLive();
+    if (this._tab === 'metrics') {
+      this._metrics.refresh();
+    }
+  }
+
+  private _renderLive(): void {
+    const rows = this._unfinished.lines(this._replicaNames());
+    this._live.node.replaceChildren(
+      ...rows.map(([replica, , , text]) => {
+        const row = document.createElement('div');
+        row.className = 'jp-distrun-LogViewer-row';
+        row.dataset.replica = replica;
+        row.append(this._prefix(replica), this._textNode(text, false));
+        return row;
+      })
+    );
   }
 
   private _onStatus(job: IJob): void {
@@ -394,6 +436,9 @@ export class LogViewer extends Panel {
   private _onEnd(): void {
     this.node.dataset.ended = 'true';
     this._cancel.hidden = true;
+    if (this._unfinished.clear()) {
+      this._renderLive();
+    }
   }
 
   private _showNotice(message: string, isError = false): void {
@@ -476,24 +521,41 @@ export class LogViewer extends Panel {
   private _renderRow(row: number, node: HTMLElement): void {
     const line = this._view.lineAt(row);
     const replica = this._store.replicas[this._store.replicaOf(line)];
-    let text = this._store.text(line);
-    if (text.length > MAX_RENDERED_CHARS) {
-      text = this._trans.__(
-        '%1… (%2 more characters)',
-        text.slice(0, MAX_RENDERED_CHARS),
-        text.length - MAX_RENDERED_CHARS
-      );
-    }
-    const prefix = document.createElement('span');
-    prefix.className = `jp-distrun-prefix jp-distrun-c${replicaColorIndex(replica, this._replicaNames())}`;
-    prefix.textContent = replicaPrefix(replica, this._prefixWidth);
-    node.replaceChildren(prefix, ...this._highlighted(text));
+    const text = this._store.text(line);
+    node.replaceChildren(this._prefix(replica), this._textNode(text, true));
     node.dataset.replica = replica;
     const current =
       this._currentMatch >= 0 &&
       this._view.matchRow(this._currentMatch) === row;
     node.classList.toggle('jp-mod-current', current);
     node.classList.toggle('jp-mod-marked', row === this._markedRow);
+  }
+
+  private _prefix(replica: string): HTMLElement {
+    const prefix = document.createElement('span');
+    prefix.className = `jp-distrun-prefix jp-distrun-c${replicaColorIndex(replica, this._replicaNames())}`;
+    prefix.textContent = replicaPrefix(replica, this._prefixWidth);
+    return prefix;
+  }
+
+  /** A line's text as a terminal shows it, in colour; with the search's matches marked
+   * (then without colours), or cut when it is very long. */
+  private _textNode(raw: string, searchable: boolean): HTMLElement {
+    const node = document.createElement('pre');
+    node.className = 'jp-distrun-row-text';
+    const shown = plainText(raw);
+    if (shown.length > MAX_RENDERED_CHARS) {
+      node.textContent = this._trans.__(
+        '%1… (%2 more characters)',
+        shown.slice(0, MAX_RENDERED_CHARS),
+        shown.length - MAX_RENDERED_CHARS
+      );
+    } else if (searchable && this._view.highlights(shown).length > 0) {
+      node.append(...this._highlighted(shown));
+    } else {
+      appendAnsi(node, raw);
+    }
+    return node;
   }
 
   private _highlighted(text: string): Array<string | HTMLElement> {
@@ -632,6 +694,8 @@ export class LogViewer extends Panel {
   private readonly _store: LogStore;
   private readonly _view: LogView;
   private readonly _metricStore = new MetricStore();
+  private readonly _unfinished = new UnfinishedLines();
+  private readonly _live = new Widget();
   private readonly _list: VirtualList;
   private readonly _metrics: MetricsPanel;
   private readonly _stream: JobStream;

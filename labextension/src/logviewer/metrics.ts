@@ -1,7 +1,8 @@
 /**
  * Numbers that training code prints, picked out of log lines: `loss=0.31`, `loss: 0.31`,
  * `'loss': 0.31`, `step 120`, `Epoch [3/10]`, Keras' `- loss: 0.2950 - accuracy: 0.9148`,
- * Lightning's `[..., loss=0.123, v_num=0]`. Pure functions, no DOM.
+ * Lightning's `[..., loss=0.123, v_num=0]`, tqdm's postfix `[00:01<00:09, loss=0.3]`, read from
+ * the text as shown (colours and carriage returns applied). Pure functions, no DOM.
  *
  * The rules, so that timestamps, addresses, paths and versions are not metrics:
  * - A metric is a key and a number. The key is an identifier (letters, digits, `_`, and `/`
@@ -20,6 +21,8 @@
  * - `step`, `global_step`, `iter`, `iteration` (and `Step [100/600]`) give the line's step,
  *   the chart's x axis, rather than a metric.
  */
+
+import { plainText } from '../common/ansi';
 
 export interface IParsedLine {
   /** The training step the line reports, when it names one. */
@@ -185,6 +188,19 @@ export class MetricSeries {
 
 export const DEFAULT_MAX_POINTS = 4000;
 
+// A progress count `n/N` standing alone (tqdm's ` 30/100 [`, Keras' `3/10 ━━`).
+const PROGRESS = /(?:^|[\s|])(\d+)\/(\d+)(?=[\s[]|$)/;
+
+/** How far into its line a progress count puts a line's state: n/N, or 0 without one. */
+export function progressFraction(text: string): number {
+  const match = PROGRESS.exec(text);
+  if (!match) {
+    return 0;
+  }
+  const [done, total] = [Number(match[1]), Number(match[2])];
+  return total > 0 && done <= total ? done / total : 0;
+}
+
 /**
  * Every metric of a job, per replica, fed line by line as lines arrive.
  *
@@ -197,14 +213,37 @@ export class MetricStore {
 
   /** Parses one line of `replica` (its per-replica sequence number is `seq`). */
   addLine(replica: string, seq: number, text: string): void {
+    this._add(replica, seq, plainText(text), true);
+  }
+
+  /**
+   * Parses a state of a line still being written (a progress bar's postfix, Keras' running
+   * `- loss: 0.31`), so the chart moves during an epoch, not only at its end. Its points stay:
+   * they are the curve within the epoch. A step it names is not remembered (the line is not
+   * over); on the line axis, its progress `n/N` places it within its line.
+   */
+  addPartial(replica: string, seq: number, text: string): void {
+    this._add(replica, seq, plainText(text), false);
+  }
+
+  private _add(
+    replica: string,
+    seq: number,
+    text: string,
+    finished: boolean
+  ): void {
     const { step, metrics } = parseMetrics(text);
-    if (step !== null) {
+    if (step !== null && finished) {
       this._lastStep.set(replica, step);
     }
-    const currentStep = this._lastStep.get(replica);
+    const currentStep = step ?? this._lastStep.get(replica);
+    const lineX = seq + progressFraction(text);
     for (const [metric, value] of metrics) {
       const series = this._series(metric, replica, currentStep !== undefined);
-      series.add(series.xKind === 'step' ? currentStep! : seq, value);
+      series.add(
+        series.xKind === 'step' ? (currentStep ?? lineX) : lineX,
+        value
+      );
     }
   }
 

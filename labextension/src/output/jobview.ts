@@ -10,9 +10,11 @@ import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
 
 import { cancelJob } from '../common/api';
+import { appendAnsi } from '../common/ansi';
 import { replicaColorIndex, replicaPrefix } from '../common/colors';
 import { formatStatus } from '../common/format';
 import { ITrans } from '../common/trans';
+import { UnfinishedLines } from '../common/unfinished';
 import { LogBuffer } from '../common/logbuffer';
 import { IJob, isTerminal, LogTuple } from '../common/model';
 import { connectJobStream, JobStream } from '../common/stream';
@@ -42,6 +44,7 @@ export class JobView extends Widget {
     this._build();
     this._stream = connectJobStream(this.jobId, this._buffer, this._trans, {
       lines: lines => this._onLines(lines),
+      partial: lines => this._onPartial(lines),
       status: job => this._onStatus(job),
       end: () => this._onEnd(),
       notice: (message, isError) => this._showNotice(message, isError)
@@ -84,7 +87,8 @@ export class JobView extends Widget {
     this._notice.className = 'jp-distrun-JobView-notice';
     this._notice.hidden = true;
 
-    this._log.className = 'jp-distrun-JobView-log';
+    // jp-RenderedText: JupyterLab's own ANSI colour classes apply to the lines (common/ansi).
+    this._log.className = 'jp-distrun-JobView-log jp-RenderedText';
     this._log.dataset.testId = 'distrun-job-log';
     this._log.setAttribute('role', 'log');
     this._log.setAttribute('aria-label', this._trans.__('Replica logs'));
@@ -98,6 +102,11 @@ export class JobView extends Widget {
       { passive: true }
     );
 
+    // Each replica's unfinished line (a progress bar being drawn), one row each, redrawn in
+    // place below the lines.
+    this._live.className = 'jp-distrun-live';
+    this._live.dataset.testId = 'distrun-job-live';
+    this._log.append(this._live);
     this.node.append(header, this._notice, this._log);
   }
 
@@ -122,11 +131,21 @@ export class JobView extends Widget {
   private _onEnd(): void {
     this._stop.hidden = true;
     this._ended = true;
+    this._unfinished.clear();
+    this._liveChanged = true;
     this._scheduleRender();
   }
 
   private _onLines(lines: LogTuple[]): void {
     if (this._buffer.push(lines) > 0) {
+      this._liveChanged = this._unfinished.finished(lines) || this._liveChanged;
+      this._scheduleRender();
+    }
+  }
+
+  private _onPartial(lines: LogTuple[]): void {
+    if (this._unfinished.update(lines, this._buffer.cursor())) {
+      this._liveChanged = true;
       this._scheduleRender();
     }
   }
@@ -162,7 +181,12 @@ export class JobView extends Widget {
     }
     if (chunk.childElementCount > 0) {
       this._trimLog(chunk.childElementCount);
-      this._log.append(chunk);
+      this._log.insertBefore(chunk, this._live);
+    }
+    if (this._liveChanged) {
+      this._liveChanged = false;
+      const rows = this._unfinished.lines(this._replicas);
+      this._live.replaceChildren(...rows.map(line => this._lineNode(line)));
     }
     if (this._follow) {
       this._log.scrollTop = this._log.scrollHeight;
@@ -171,13 +195,15 @@ export class JobView extends Widget {
   }
 
   private _lineNode([replica, , , text]: LogTuple): HTMLElement {
-    const line = document.createElement('div');
+    const line = document.createElement('pre');
     line.className = 'jp-distrun-line';
+    line.dataset.replica = replica;
     const prefix = document.createElement('span');
     const colour = replicaColorIndex(replica, this._replicas);
     prefix.className = `jp-distrun-prefix jp-distrun-c${colour}`;
     prefix.textContent = replicaPrefix(replica, this._prefixWidth);
-    line.append(prefix, text);
+    line.append(prefix);
+    appendAnsi(line, text);
     return line;
   }
 
@@ -195,7 +221,11 @@ export class JobView extends Widget {
   private _trimLog(adding: number): void {
     this._shown += adding;
     let chunk = this._log.firstElementChild;
-    while (chunk && this._shown > this._buffer.maxLines) {
+    while (
+      chunk &&
+      chunk !== this._live &&
+      this._shown > this._buffer.maxLines
+    ) {
       const next = chunk.nextElementSibling;
       this._shown -= chunk.childElementCount;
       chunk.remove();
@@ -210,6 +240,9 @@ export class JobView extends Widget {
   private readonly _stop = document.createElement('button');
   private readonly _notice = document.createElement('div');
   private readonly _log = document.createElement('div');
+  private readonly _live = document.createElement('div');
+  private readonly _unfinished = new UnfinishedLines();
+  private _liveChanged = false;
   private _replicas: string[] = [];
   private _prefixWidth = 0;
   private _frame = 0;

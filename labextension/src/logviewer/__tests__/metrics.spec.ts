@@ -1,4 +1,9 @@
-import { MetricSeries, MetricStore, parseMetrics } from '../metrics';
+import {
+  MetricSeries,
+  MetricStore,
+  parseMetrics,
+  progressFraction
+} from '../metrics';
 
 function metricsOf(text: string): Record<string, number> {
   return Object.fromEntries(parseMetrics(text).metrics);
@@ -230,5 +235,30 @@ describe('MetricStore', () => {
       'worker-1'
     ]);
     expect(store.series('missing')).toEqual([]);
+  });
+});
+
+describe('metrics of lines still being written', () => {
+  it('reads a tqdm bar and a Keras bar as they are drawn, placed within their line', () => {
+    const store = new MetricStore();
+    const tqdm = (n: number, loss: number) =>
+      `Epoch 1: ${n}%|${'#'.repeat(n / 10)}| ${n}/100 [00:01<00:09, 9.9it/s, loss=${loss}]`;
+    store.addPartial('worker-0', 4, tqdm(30, 0.9));
+    store.addPartial('worker-0', 4, tqdm(60, 0.5));
+    store.addLine('worker-0', 4, `\r${tqdm(30, 0.9)}\r${tqdm(100, 0.2)}`);
+    const [loss] = store.series('loss');
+    expect(loss.xs).toEqual([4.3, 4.6, 5]);
+    expect(loss.ys).toEqual([0.9, 0.5, 0.2]);
+  });
+
+  it('reads what is shown, not the colour codes or the redrawn states', () => {
+    const store = new MetricStore();
+    const keras =
+      '\r\x1b[1m3/10\x1b[0m \x1b[32m━━━━━━\x1b[0m \x1b[1m0s\x1b[0m 150ms/step - loss: 0.5000' +
+      '\r\x1b[1m10/10\x1b[0m \x1b[32m━━━━━━━━━━━━━━━━━━━━\x1b[0m \x1b[1m2s\x1b[0m 150ms/step - loss: 0.2500';
+    store.addLine('worker-0', 7, keras);
+    expect(store.series('loss')[0].ys).toEqual([0.25]);
+    expect(progressFraction(' 3/10 ━━')).toBeCloseTo(0.3);
+    expect(progressFraction('version 1/2/3')).toBe(0);
   });
 });
