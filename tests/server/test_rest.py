@@ -8,6 +8,7 @@ from tornado.httpclient import HTTPClientError
 
 from distrun.core.errors import EngineError
 from distrun.core.job import JobState
+from distrun.server import handlers
 from tests.fake_engine import FakeEngine
 from tests.server.conftest import BOB
 
@@ -221,6 +222,18 @@ async def test_logs_tail_gives_last_lines_of_each_selected_replica(
     assert text.body.decode() == "worker-0 | w0 9\nworker-1 | w1 9\nmaster-0 | m0 0\n"
 
 
+async def test_logs_tail_is_bounded_in_bytes_keeping_the_newest_lines(
+    api, fake_engine, monkeypatch
+):
+    monkeypatch.setattr(handlers, "MAX_TAIL_BYTES", 10_000)
+    job = await submit(api)
+    fake_engine.emit(job["id"], "worker-0", *[f"{i:04d}" + "x" * 996 for i in range(30)])
+    body = await api("jobs", job["id"], "logs", params={"format": "json", "tail": "25"})
+    kept = [line[3][:4] for line in body["lines"]]
+    assert kept == [f"{i:04d}" for i in range(20, 30)]  # 10 lines of 1000 bytes, the newest
+    assert body["next"]["worker-0"] == 30
+
+
 async def test_logs_text_streams_logs_longer_than_one_engine_page(jp_fetch, api, fake_engine):
     job = await submit(api)
     fake_engine.emit(job["id"], "worker-0", *[str(i) for i in range(25_000)])
@@ -255,6 +268,10 @@ async def test_logs_give_each_unfinished_line_apart_from_the_lines(jp_fetch, api
         ({"since": "worker-0:1,worker-0:2"}, "since"),
         ({"tail": "-3"}, "tail"),
         ({"tail": "many"}, "tail"),
+        ({"tail": "9" * 5000}, "tail"),  # int() of it would raise past 4300 digits
+        ({"limit": "1" + "0" * 4400}, "limit"),
+        ({"since": "worker-0:" + "7" * 4400}, "since"),
+        ({"tail": "٣"}, "tail"),  # a digit to str.isdigit, not to the API
         ({"format": "xml"}, "format"),
         ({"replica": "worker-7"}, "replica"),
         ({"replica": "../etc"}, "replica"),

@@ -309,3 +309,28 @@ async def test_an_unfinished_line_goes_out_as_a_partial_message_that_is_no_line(
     rest = await receive_all(ws)
     assert texts(rest) == ["Epoch 1: 100%|##########"]
     assert ws.close_code == 1000
+
+
+async def test_streams_beyond_the_per_user_limit_close_4429_and_others_are_not_counted(
+    api, jp_ws_fetch, distrun_app
+):
+    distrun_app.max_streams_per_user = 2
+    job_id = await submit(api)
+    held = []
+    for _ in range(2):
+        ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+        assert (await receive(ws) or {})["type"] == "status"
+        held.append(ws)
+    third = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+    [error] = await receive_all(third)
+    assert "you have 2 log streams open" in error["message"]
+    assert third.close_code == 4429
+    bobs_job = str((await api("jobs", method="POST", body={"spec": SPEC}, headers=BOB))["id"])
+    bobs = await jp_ws_fetch("distrun", "jobs", bobs_job, "logs", "stream", headers=BOB)
+    assert (await receive(bobs) or {})["type"] == "status"  # alice's streams are not bob's
+    held[0].close()
+    await eventually(lambda: distrun_app.streams_of("alice") == 1)
+    again = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+    assert (await receive(again) or {})["type"] == "status"
+    for ws in [held[1], bobs, again]:
+        ws.close()

@@ -25,6 +25,12 @@ class LimitExceeded(DistrunError):
     status = 413
 
 
+class TooManyOpen(DistrunError):
+    """A user holds as many of something (log streams) as an operator allows at once."""
+
+    status = 429
+
+
 class NotFound(DistrunError):
     """No such job for this user. Also raised for other users' jobs, so ids leak nothing."""
 

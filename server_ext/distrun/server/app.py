@@ -75,6 +75,14 @@ class DistrunApp(ExtensionApp):
         Limits.max_payload_bytes, config=True, help="Most bytes of code plus shipped files."
     )
     max_log_line_bytes = Int(Limits.max_log_line_bytes, config=True)
+    max_streams_per_user = Int(
+        64,
+        config=True,
+        help=(
+            "Log websockets one user may hold open at once (every cell output, log viewer "
+            "and CLI follow is one); one more is closed with code 4429 and a message."
+        ),
+    )
     freeze_startup_heap = Bool(
         True,
         config=True,
@@ -150,6 +158,10 @@ class DistrunApp(ExtensionApp):
         """Keep a websocket's follower task until it ends, so a server stop can cancel it."""
         self.streams[task] = handler
         task.add_done_callback(self._forget_stream)
+
+    def streams_of(self, owner: str) -> int:
+        """How many log websockets `owner` holds open."""
+        return sum(getattr(handler, "owner", None) == owner for handler in self.streams.values())
 
     def _forget_stream(self, task: "asyncio.Task[None]") -> None:
         self.streams.pop(task, None)

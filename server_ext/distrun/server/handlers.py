@@ -30,6 +30,7 @@ from distrun.server.cellfiles import read_cell_files
 from distrun.server.http_errors import DomainErrorHandler
 from distrun.server.params import (
     MAX_TAIL,
+    MAX_TAIL_BYTES,
     check_replicas,
     parse_flag,
     parse_int,
@@ -347,14 +348,15 @@ class _LogReader:
     async def tail(
         self, replicas: list[str], since: Cursor, count: int
     ) -> tuple[list[LogLine], Cursor]:
-        """The last `count` lines of each replica, merged by capture time, and where each ends.
+        """The last `count` lines of each replica, merged by capture time, and where each ends;
+        at most MAX_TAIL_BYTES of text in all (the newest lines are kept).
 
         The engine protocol has no line count, so this reads each replica through once, keeping
-        only the last `count` lines in memory."""
+        only its last lines in memory."""
         kept: list[LogLine] = []
         cursor: Cursor = {}
         for replica in replicas:
-            last: deque[LogLine] = deque(maxlen=count)
+            last = _NewestLines(count, MAX_TAIL_BYTES)
             position = {replica: since.get(replica, 0)}
             while True:
                 lines = await self.page({replica}, position, PAGE_LINES)
@@ -362,7 +364,32 @@ class _LogReader:
                 position = next_cursor(position, [replica], lines)
                 if len(lines) < PAGE_LINES:
                     break
-            kept += last
+            kept = _newest(kept + list(last.lines), MAX_TAIL_BYTES)
             cursor[replica] = position[replica]
-        kept.sort(key=lambda line: line.time)
         return kept, cursor
+
+
+class _NewestLines:
+    """The newest lines seen, at most `count` of them and `max_bytes` of text."""
+
+    def __init__(self, count: int, max_bytes: int) -> None:
+        self.lines: deque[LogLine] = deque()
+        self.count, self.max_bytes, self.size = count, max_bytes, 0
+
+    def extend(self, lines: list[LogLine]) -> None:
+        for line in lines:
+            self.lines.append(line)
+            self.size += len(line.text)
+            while self.lines and (len(self.lines) > self.count or self.size > self.max_bytes):
+                self.size -= len(self.lines.popleft().text)
+
+
+def _newest(lines: list[LogLine], max_bytes: int) -> list[LogLine]:
+    """`lines` by capture time, without the oldest beyond `max_bytes` of text."""
+    lines.sort(key=lambda line: line.time)
+    size = 0
+    for index in range(len(lines) - 1, -1, -1):
+        size += len(lines[index].text)
+        if size > max_bytes:
+            return lines[index + 1 :]
+    return lines

@@ -26,7 +26,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
-from distrun.core.errors import DistrunError
+from distrun.core.errors import DistrunError, TooManyOpen
 from distrun.core.job import Job
 from distrun.core.jobids import check_job_id
 from distrun.core.logs import JobUpdate, LogBatch, LogEvent, LogLine, PartialUpdate
@@ -103,7 +103,7 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
     @ws_authenticated
     @authorized
     async def get(self, job_id: str) -> None:
-        self._owner = self.app.owner_of(self.current_user)
+        self.owner = self.app.owner_of(self.current_user)
         await super().get(job_id)
 
     def open(self, job_id: str) -> None:
@@ -152,15 +152,24 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
 
     async def _open_follower(self, job_id: str) -> tuple[AsyncIterator[LogEvent], Job]:
         """The engine's follower of the job, after its status has gone out."""
+        self._check_stream_limit()
         since = parse_since(self.get_argument("since", None))
         wanted = parse_replicas(self.get_arguments("replica"))
-        engine, job = await self.app.registry.find_job(check_job_id(job_id), self._owner)
+        engine, job = await self.app.registry.find_job(check_job_id(job_id), self.owner)
         check_replicas(job, wanted)
         await self._send_status(job)
         follower = engine.follow(
-            job.id, self._owner, since=since, replicas=wanted, max_batch=FOLLOW_MAX_BATCH
+            job.id, self.owner, since=since, replicas=wanted, max_batch=FOLLOW_MAX_BATCH
         )
         return follower, job
+
+    def _check_stream_limit(self) -> None:
+        limit = self.app.max_streams_per_user
+        if self.app.streams_of(self.owner) > limit:  # this one counts already
+            raise TooManyOpen(
+                f"you have {limit} log streams open, as many as this server allows one user; "
+                "close some log viewers or cell outputs that follow jobs, then reopen this one"
+            )
 
     async def _relay(self, follower: AsyncIterator[LogEvent], sent: Job) -> None:
         async with _closing(follower) as events:

@@ -9,6 +9,10 @@ from distrun.core.logs import Cursor
 
 REPLICA_RE = re.compile(r"^[a-z][a-z0-9]*-[0-9]{1,6}\Z")
 MAX_TAIL = 100_000
+MAX_TAIL_BYTES = 16 * 1024 * 1024  # what a tail answer holds at most, whatever its line count
+# Longer numbers are refused before int() reads them: it takes quadratic time on thousands of
+# digits and raises past 4300 (CPython's int_max_str_digits), which would be a 500.
+MAX_DIGITS = 18
 
 
 def parse_since(value: str | None) -> Cursor:
@@ -18,7 +22,7 @@ def parse_since(value: str | None) -> Cursor:
         return cursor
     for item in value.split(","):
         replica, colon, seq = item.partition(":")
-        if not (colon and REPLICA_RE.match(replica) and seq.isascii() and seq.isdigit()):
+        if not (colon and REPLICA_RE.match(replica) and _is_number(seq)):
             raise SpecError(
                 f"since item {item[:60]!r} is not valid; write replica:seq pairs separated by "
                 "commas, like worker-0:10,master-0:0",
@@ -45,12 +49,16 @@ def parse_replicas(values: list[str]) -> set[str] | None:
 def parse_int(value: str | None, name: str, default: int | None, low: int, high: int) -> int | None:
     if value is None or value == "":
         return default
-    if not (value.isascii() and value.isdigit()) or not low <= int(value) <= high:
+    if not _is_number(value) or not low <= int(value) <= high:
         raise SpecError(
             f"{name} {value[:30]!r} is not valid; write a whole number from {low} to {high}",
             field=name,
         )
     return int(value)
+
+
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= MAX_DIGITS
 
 
 def parse_flag(value: str | None, name: str) -> bool | None:
