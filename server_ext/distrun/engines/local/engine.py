@@ -34,6 +34,7 @@ from distrun.core.logs import Cursor, JobUpdate, LogBatch, LogEvent, LogLine, Pa
 from distrun.core.spec import JobSpec, Limits, check_relative_path
 from distrun.engines.cursors import selected_replicas, start_seqs
 from distrun.engines.local import inotify
+from distrun.engines.local.inherited_env import inherited_env
 from distrun.engines.local.jobdir import (
     JobFiles,
     JobStatus,
@@ -51,6 +52,7 @@ from distrun.engines.local.logstore import (
     partial_path,
     read_partial,
 )
+from distrun.engines.local.private_files import make_private_dir, write_private
 from distrun.engines.local.processes import kill_job_processes, process_start_time
 from distrun.engines.protocol import EngineInfo
 
@@ -228,15 +230,16 @@ class LocalEngine:
         entrypoint, code = code_file(spec.code)
         if entrypoint in spec.files:
             raise SpecError(f"a shipped file cannot be named {entrypoint}", field="files")
-        self._jobs_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self._jobs_dir.parent)
+        make_private_dir(self._jobs_dir)
         files = self._new_job_dir(spec.name)
         try:
-            files.code.mkdir()
+            files.code.mkdir(mode=0o700)
             for path, content in spec.files.items():
                 target = files.code / check_relative_path(path)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(base64.b64decode(content))
-            (files.code / entrypoint).write_text(code)
+                target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                write_private(target, base64.b64decode(content))
+            write_private(files.code / entrypoint, code.encode())
         except OSError as error:
             shutil.rmtree(files.dir, ignore_errors=True)
             raise SpecError(
@@ -260,7 +263,7 @@ class LocalEngine:
         for _ in range(20):
             job_dir = self._jobs_dir / jobids.new_job_id(name)
             try:
-                job_dir.mkdir()
+                job_dir.mkdir(mode=0o700)
             except FileExistsError:
                 continue
             return JobFiles(job_dir)
@@ -268,11 +271,13 @@ class LocalEngine:
 
     def _launch(self, files: JobFiles) -> None:
         try:
-            with open(files.supervisor_log, "ab") as log:
+            log_fd = os.open(files.supervisor_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with open(log_fd, "ab") as log:
                 process = subprocess.Popen(
                     # -S: no site-packages (it needs none), a faster start.
                     [sys.executable, "-S", "-c", _LAUNCHER, _PACKAGE_PARENT, str(files.dir)],
                     cwd=files.dir,
+                    env=inherited_env(os.environ),  # the replicas inherit the supervisor's
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,

@@ -11,6 +11,7 @@ from typing import Any
 from distrun.core.entrypoint import argv as entrypoint_argv
 from distrun.core.job import JobState, ReplicaStatus
 from distrun.core.spec import JobSpec, Limits
+from distrun.engines.local.private_files import write_private
 
 # Parse a stored spec without the operator's size limits: they were enforced at submit time.
 _STORED_SPEC_LIMITS = Limits(
@@ -86,7 +87,7 @@ class JobStatus:
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
+    write_private(tmp, json.dumps(data).encode())
     os.replace(tmp, path)
 
 

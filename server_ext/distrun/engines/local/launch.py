@@ -8,6 +8,7 @@ import time
 
 from distrun.core.replica_env import Address, Addresses, mpi_hostfile, replica_env
 from distrun.engines.local.jobdir import JobFiles, Runtime, read_json, stored_spec
+from distrun.engines.local.private_files import write_private
 from distrun.engines.local.processes import Spawned, lower_priority, spawn_replica
 
 
@@ -49,7 +50,7 @@ class Launch:
         if self.spec.framework != "mpi":
             return None
         path = self.files.dir / "hostfile"
-        path.write_text(mpi_hostfile(self.spec, addresses))
+        write_private(path, mpi_hostfile(self.spec, addresses).encode())
         return str(path)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from distrun.core.logs import LogLine
+from distrun.engines.local.private_files import write_private
 
 INDEX_EVERY = 1024
 _INDEX_ENTRY = struct.Struct("<Q")
@@ -98,7 +99,7 @@ class LogWriter:
     and drops a torn last record left by a crashed writer."""
 
     def __init__(self, log_dir: Path, replica: str) -> None:
-        log_dir.mkdir(parents=True, exist_ok=True)
+        log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
         self._log_fd = os.open(log_path(log_dir, replica), flags, 0o600)
         self._idx_fd = os.open(index_path(log_dir, replica), flags, 0o600)
@@ -154,7 +155,7 @@ def write_partial(log_dir: Path, replica: str, seq: int, when: float, text: str)
     """Replaces the replica's unfinished line (`text` has no newline)."""
     path = partial_path(log_dir, replica)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(b"%d\t%d\t%s" % (round(when * 1000), seq, text.encode("utf-8", "replace")))
+    write_private(tmp, b"%d\t%d\t%s" % (round(when * 1000), seq, text.encode("utf-8", "replace")))
     os.replace(tmp, path)
 
 
