@@ -249,3 +249,12 @@ async def test_a_cwd_leaving_the_root_is_a_400(api: Api, notebook_dir: Path, cwd
     assert reply.code == 400, reply.body
     assert reply.json["field"] == "cwd"
     assert b"SECRET" not in reply.body
+
+
+async def test_a_hidden_file_named_by_files_is_a_400_and_never_read(api: Api, notebook_dir: Path):
+    (notebook_dir / ".env").write_text("AWS_SECRET=SECRET\n")
+    cell = "%framework=generic\n%files=.env\nprint(1)\n"
+    reply = await api.call("POST", "jobs", {"cell": cell, "cwd": "nb"})
+    assert reply.code == 400, reply.body
+    assert reply.json["field"] == "files" and "hidden" in reply.json["message"]
+    assert b"SECRET" not in reply.body

@@ -66,3 +66,24 @@ def test_a_directory_is_not_a_file(root: Path):
 def test_files_over_the_payload_limit_are_refused_before_reading_them_all(root: Path):
     with pytest.raises(LimitExceeded, match="reach 11 bytes at 'data/b.csv'"):
         read_cell_files(str(root), "nb", ["helper.py", "data/b.csv"], 9)
+
+
+@pytest.mark.parametrize("ref", [".env", ".secrets/key", "data/.hidden.csv", "link-to-env"])
+def test_hidden_files_are_refused_as_jupyter_refuses_them(root: Path, ref: str):
+    (root / "nb" / ".env").write_text("TOKEN=x\n")
+    (root / "nb" / ".secrets").mkdir()
+    (root / "nb" / ".secrets" / "key").write_text("key\n")
+    (root / "nb" / "data" / ".hidden.csv").write_text("h\n")
+    (root / "nb" / "link-to-env").symlink_to(root / "nb" / ".env")
+    with pytest.raises(SpecError, match="is hidden") as caught:
+        read_cell_files(str(root), "nb", [ref], 10_000)
+    assert caught.value.field == "files"
+    allowed = read_cell_files(str(root), "nb", [ref], 10_000, allow_hidden=True)
+    assert list(allowed) == [ref]
+
+
+def test_a_notebook_in_a_hidden_directory_may_not_ship_its_files(root: Path):
+    (root / ".private").mkdir()
+    (root / ".private" / "a.py").write_text("a\n")
+    with pytest.raises(SpecError, match="is hidden"):
+        read_cell_files(str(root), ".private", ["a.py"], 10_000)

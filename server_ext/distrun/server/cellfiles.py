@@ -9,12 +9,19 @@ import base64
 import os
 import stat
 
+from jupyter_core.paths import is_hidden
+
 from distrun.core.errors import LimitExceeded, SpecError
 from distrun.core.spec import check_relative_path
 
 
-def read_cell_files(root_dir: str, cwd: str, refs: list[str], max_bytes: int) -> dict[str, str]:
-    """`refs` (paths relative to `cwd`, itself relative to `root_dir`) -> {path: base64}."""
+def read_cell_files(
+    root_dir: str, cwd: str, refs: list[str], max_bytes: int, allow_hidden: bool = False
+) -> dict[str, str]:
+    """`refs` (paths relative to `cwd`, itself relative to `root_dir`) -> {path: base64}.
+    Without `allow_hidden` (Jupyter's `ContentsManager.allow_hidden`), a hidden file, or one in
+    a hidden directory, is refused as the contents manager refuses it: by the path named and by
+    the path a link leads to."""
     root = os.path.realpath(root_dir)
     base = _resolve_inside(root, cwd, f"cwd {cwd!r}", "cwd")
     if not os.path.isdir(base):
@@ -24,6 +31,8 @@ def read_cell_files(root_dir: str, cwd: str, refs: list[str], max_bytes: int) ->
     for ref in refs:
         name = _shipped_name(ref)
         path = _resolve_inside(base, ref, f"file {ref!r}", "files", root=root)
+        if not allow_hidden:
+            _check_not_hidden(root, os.path.join(base, ref), path, ref)
         total += _regular_file_size(path, ref)
         if total > max_bytes:
             raise LimitExceeded(
@@ -58,6 +67,16 @@ def _resolve_inside(
             f"{what} is outside the server's root directory; name a path inside it", field=field
         )
     return path
+
+
+def _check_not_hidden(root: str, named: str, resolved: str, ref: str) -> None:
+    if is_hidden(os.path.normpath(named), root) or is_hidden(resolved, root):
+        raise SpecError(
+            f"file {ref!r} is hidden (a name starting with '.', or in such a directory, or a "
+            "link to one); this server does not serve hidden files "
+            "(ContentsManager.allow_hidden is off): name a file that is not hidden",
+            field="files",
+        )
 
 
 def _regular_file_size(path: str, ref: str) -> int:

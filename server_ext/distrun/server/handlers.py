@@ -212,7 +212,12 @@ class JobsHandler(DistrunHandler):
         if not file_refs:
             return spec
         files = await asyncio.to_thread(
-            read_cell_files, self.serverapp.root_dir, cwd, file_refs, limits.max_payload_bytes
+            read_cell_files,
+            self.serverapp.root_dir,
+            cwd,
+            file_refs,
+            limits.max_payload_bytes,
+            bool(self.contents_manager.allow_hidden),
         )
         return JobSpec.from_dict({**spec.to_dict(), "files": {**spec.files, **files}}, limits)
 
