@@ -4,10 +4,10 @@ start, list or reach another user's kernels.
 EG trusts whatever KERNEL_USERNAME a caller sends, and anyone holding its one shared token may
 send any. The front sits in EG's pod (EG itself listens on loopback) and:
 
-- authenticates every request with a per-user token, `<hmac>.<username>`, where the hmac is
-  HMAC-SHA256(key, "distrun-gateway-v1\\0" + username). The key lives in a Secret that only the
-  hub and the front read; the hub hands each user's server its own token (see
-  helm/jupyterhub-values.yaml), so a user can present their own name and nobody else's;
+- authenticates every request with a per-user token (gateway_tokens.py) that the hub signs
+  with a key only the hub and the front read and hands each user's server (see
+  helm/jupyterhub-values.yaml), so a user can present their own name and nobody else's; tokens
+  expire, and `python identity_front.py revoke USER` voids a user's tokens at once;
 - OVERWRITES KERNEL_USERNAME (and KERNEL_NAMESPACE when a namespace policy is set) when a kernel
   starts, and drops every other KERNEL_* variable a client could use to steer the kernel pod
   (image, uid, volumes, service account);
@@ -21,31 +21,31 @@ send any. The front sits in EG's pod (EG itself listens on loopback) and:
 Run it with the stdlib and tornado only (EG's image has both):
 
     python identity_front.py  # configured by DISTRUN_FRONT_* and EG_AUTH_TOKEN, see FrontConfig
+    python identity_front.py revoke USER  # void every token USER holds now
 """
 
 import asyncio
-import hashlib
-import hmac
 import json
 import logging
 import os
 import re
 import signal
 import socket
+import sys
 import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from gateway_tokens import Verdict, verify
+from gateway_tokens import revoke as revoke_tokens
 from tornado import httpclient, web, websocket
 from tornado.httputil import HTTPHeaders
 from user_namespaces import user_namespace
 
 log = logging.getLogger("distrun.identity_front")
 
-TOKEN_CONTEXT = b"distrun-gateway-v1\0"
-USERNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")
 NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 KERNEL_ID = r"(?P<kernel_id>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
 # KERNEL_* variables a client may still set; the front sets the identity ones itself.
@@ -53,21 +53,7 @@ CLIENT_KERNEL_VARS = frozenset({"KERNEL_WORKING_DIR", "KERNEL_LAUNCH_TIMEOUT"})
 UPSTREAM_RESPONSE_HEADERS = ("Content-Type", "Location", "Cache-Control")
 
 
-# --- tokens ---------------------------------------------------------------------------------
-
-
-def user_token(key: bytes, username: str) -> str:
-    """The token that proves `username` to the front (what the hub gives that user's server)."""
-    mac = hmac.new(key, TOKEN_CONTEXT + username.encode(), hashlib.sha256).hexdigest()
-    return f"{mac}.{username}"
-
-
-def verify_token(key: bytes, token: str) -> str | None:
-    """The username a token proves, or None when it proves nothing."""
-    _mac, dot, username = token.partition(".")
-    if not dot or not USERNAME_RE.match(username):
-        return None
-    return username if hmac.compare_digest(user_token(key, username), token) else None
+# --- tokens and namespaces ------------------------------------------------------------------
 
 
 def kernel_namespace(policy: str, username: str) -> str | None:
@@ -93,6 +79,7 @@ class FrontConfig:
     upstream_token: str  # EG's own token; never leaves the pod
     key: bytes  # the HMAC key user tokens are signed with
     state_dir: Path  # shared by every replica: who owns which kernel
+    revocations: Path  # shared by every replica: whose tokens are void since when
     namespace_policy: str = ""
     client_envs: frozenset[str] = field(default_factory=lambda: frozenset({"DISTRUN_URL"}))
     request_timeout: float = 120.0
@@ -109,6 +96,7 @@ class FrontConfig:
             upstream_token=env["EG_AUTH_TOKEN"],
             key=key.encode(),
             state_dir=Path(env["DISTRUN_GATEWAY_STATE"]) / "owners",
+            revocations=Path(env["DISTRUN_GATEWAY_STATE"]) / "revoked",
             namespace_policy=env.get("DISTRUN_FRONT_KERNEL_NAMESPACE", ""),
             client_envs=frozenset(n for n in names.split(",") if n),
         )
@@ -143,6 +131,14 @@ class OwnerStore:
         ]
 
 
+def authenticate(config: FrontConfig, headers: HTTPHeaders) -> Verdict:
+    """Whom the request's `Authorization: token ...` (or `Bearer`) proves."""
+    scheme, _, token = headers.get("Authorization", "").partition(" ")
+    if scheme.lower() not in ("token", "bearer"):
+        return Verdict(None, "a valid distrun gateway token is required")
+    return verify(config.key, token.strip(), config.revocations)
+
+
 # --- handlers -------------------------------------------------------------------------------
 
 
@@ -158,13 +154,10 @@ class FrontHandler(web.RequestHandler):
         self.owners = owners
 
     def prepare(self) -> None:
-        scheme, _, token = self.request.headers.get("Authorization", "").partition(" ")
-        username = None
-        if scheme.lower() in ("token", "bearer"):
-            username = verify_token(self.config.key, token.strip())
-        if username is None:
-            raise web.HTTPError(401, reason="a valid distrun gateway token is required")
-        self.username = username
+        verdict = authenticate(self.config, self.request.headers)
+        if verdict.username is None:
+            raise web.HTTPError(401, reason=verdict.reason)
+        self.username = verdict.username
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         self.set_header("Content-Type", "application/json")
@@ -319,10 +312,10 @@ class ChannelsHandler(websocket.WebSocketHandler):
         self.pump: asyncio.Task[None] | None = None
 
     async def get(self, *args: str, **kwargs: str) -> None:
-        scheme, _, token = self.request.headers.get("Authorization", "").partition(" ")
-        username = verify_token(self.config.key, token.strip()) if scheme else None
+        verdict = authenticate(self.config, self.request.headers)
+        username = verdict.username
         if username is None:
-            return self._refuse(401, "a valid distrun gateway token is required")
+            return self._refuse(401, verdict.reason)
         self.kernel_id = kwargs["kernel_id"]
         if await asyncio.to_thread(self.owners.owner, self.kernel_id) != username:
             return self._refuse(404, f"no kernel {self.kernel_id}")
@@ -432,6 +425,10 @@ async def serve(config: FrontConfig, address: str, port: int) -> None:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = FrontConfig.from_environ()
+    if sys.argv[1:2] == ["revoke"] and len(sys.argv) == 3:
+        revoke_tokens(config.revocations, sys.argv[2])
+        log.info("every gateway token of %s issued until now is void", sys.argv[2])
+        return
     address = os.environ.get("DISTRUN_FRONT_IP", "0.0.0.0")
     port = int(os.environ.get("DISTRUN_FRONT_PORT", "8888"))
     asyncio.run(serve(config, address, port))

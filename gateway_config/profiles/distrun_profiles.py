@@ -27,14 +27,14 @@ What a user's namespace holds (all from the chart's settings, `ProfileSettings`)
 Runs in the hub's image: the stdlib and kubernetes_asyncio (KubeSpawner's own client) only.
 """
 
-import hashlib
-import hmac
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gateway_tokens
 from user_namespaces import user_namespace
 
 MANAGER = "distrun-profiles"
@@ -47,7 +47,6 @@ SECRET_ENV = {
     "JPY_API_TOKEN": "jupyterhub-api-token",
     "DISTRUN_GATEWAY_TOKEN": "distrun-gateway-token",
 }
-GATEWAY_TOKEN_CONTEXT = b"distrun-gateway-v1\0"
 
 
 @dataclass(frozen=True)
@@ -234,13 +233,6 @@ def tokens_secret(
     return secret
 
 
-def gateway_token(key: bytes, username: str, lifetime_seconds: int | None = None) -> str:
-    """The user's token for the gateway's identity front (its format is identity_front.py's)."""
-    del lifetime_seconds  # v1 tokens do not expire
-    mac = hmac.new(key, GATEWAY_TOKEN_CONTEXT + username.encode(), hashlib.sha256).hexdigest()
-    return f"{mac}.{username}"
-
-
 # --- applying them --------------------------------------------------------------------------
 
 _PATHS = {
@@ -293,16 +285,24 @@ def settings() -> ProfileSettings:
     return _settings
 
 
+def user_tokens(username: str, hub_token: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """The tokens stored in the user's Secret: the hub's API token for their server and, when
+    the hub holds the gateway's key, a new gateway token (`DISTRUN_GATEWAY_TOKEN_SECONDS` long,
+    0: until revoked) signed at each spawn."""
+    tokens = {"jupyterhub-api-token": hub_token}
+    key = environ.get("DISTRUN_GATEWAY_USER_KEY")
+    if key:
+        lifetime = int(environ.get("DISTRUN_GATEWAY_TOKEN_SECONDS", "0"))
+        tokens["distrun-gateway-token"] = gateway_tokens.sign(key.encode(), username, lifetime)
+    return tokens
+
+
 async def pre_spawn_hook(spawner: Any) -> None:
     from kubernetes_asyncio import client, config
 
     profile = settings()
     username = spawner.user.name
-    tokens = {"jupyterhub-api-token": spawner.api_token}
-    key = os.environ.get("DISTRUN_GATEWAY_USER_KEY")
-    if key:
-        lifetime = int(os.environ.get("DISTRUN_GATEWAY_TOKEN_SECONDS", "0")) or None
-        tokens["distrun-gateway-token"] = gateway_token(key.encode(), username, lifetime)
+    tokens = user_tokens(username, spawner.api_token, os.environ)
     config.load_incluster_config()
     async with client.ApiClient() as api_client:
         namespace = await ensure_profile(api_client, profile, username, tokens)

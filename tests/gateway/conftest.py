@@ -38,13 +38,13 @@ SERVER_TOKEN = "server-token-" + uuid.uuid4().hex[:8]
 KERNEL_NAME = "python_distrun"
 
 
-def user_token(username: str) -> str:
+def user_token(username: str, lifetime: int = 0) -> str:
     sys.path.insert(0, str(GATEWAY_CONFIG / "gateway"))
     try:
-        from identity_front import user_token as sign
+        from gateway_tokens import sign
     finally:
         sys.path.pop(0)
-    return sign(KEY.encode(), username)
+    return sign(KEY.encode(), username, lifetime)
 
 
 def http(
@@ -165,7 +165,16 @@ class GatewayReplica:
             self.environ(),
             self.root / "eg.log",
         )
-        front_env = {
+        self.front = Process(self.front_argv(), self.front_environ(), self.root / "front.log")
+        self.eg.wait_for_output("is available at")
+        wait_until(lambda: http(self.url + "/healthz")[0] == 200, f"the front of {self.name}")
+        return self
+
+    def front_argv(self, *args: str) -> list[str]:
+        return [str(self.eg_python), str(GATEWAY_CONFIG / "gateway" / "identity_front.py"), *args]
+
+    def front_environ(self) -> dict[str, str]:
+        return {
             **self.environ(),
             "DISTRUN_FRONT_KEY": KEY,
             "DISTRUN_FRONT_UPSTREAM": self.eg_url,
@@ -173,14 +182,12 @@ class GatewayReplica:
             "DISTRUN_FRONT_PORT": str(self.front_port),
             "DISTRUN_FRONT_KERNEL_NAMESPACE": "kernels-{username}",
         }
-        self.front = Process(
-            [str(self.eg_python), str(GATEWAY_CONFIG / "gateway" / "identity_front.py")],
-            front_env,
-            self.root / "front.log",
+
+    def revoke(self, username: str) -> None:
+        """What an administrator runs in the front's container."""
+        subprocess.run(
+            self.front_argv("revoke", username), env=self.front_environ(), check=True, timeout=WAIT
         )
-        self.eg.wait_for_output("is available at")
-        wait_until(lambda: http(self.url + "/healthz")[0] == 200, f"the front of {self.name}")
-        return self
 
     def stop(self) -> None:
         for process in (self.front, self.eg):

@@ -1,7 +1,9 @@
 """Pure functions of gateway_config: user tokens, kernel namespaces, the kernel pod."""
 
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -15,7 +17,8 @@ sys.path[:0] = [
     str(GATEWAY_CONFIG / "profiles"),
 ]
 import distrun_profiles
-from identity_front import kernel_namespace, user_token, verify_token
+from gateway_tokens import revoke, sign, verify
+from identity_front import kernel_namespace
 from launch_kernel_pod import label_value, render_pod
 from user_namespaces import NAMESPACE_RE, user_namespace
 
@@ -24,18 +27,56 @@ PROFILE = distrun_profiles.ProfileSettings(notebook_cluster_role="notebook")
 KEY = b"0123456789abcdef0123456789abcdef"
 
 
+def proves(token: str, **kwargs: Any) -> str | None:
+    return verify(KEY, token, **kwargs).username
+
+
 def test_a_token_proves_its_user_and_nobody_else() -> None:
-    assert verify_token(KEY, user_token(KEY, "alice")) == "alice"
-    assert verify_token(KEY, user_token(KEY, "alice").replace("alice", "bob")) is None
-    assert verify_token(b"another key" * 4, user_token(KEY, "alice")) is None
-    assert verify_token(KEY, "alice") is None
-    assert verify_token(KEY, "." + "alice") is None
+    assert proves(sign(KEY, "alice")) == "alice"
+    assert proves(sign(KEY, "alice").replace("alice", "bob")) is None
+    assert proves(sign(KEY, "bob").rsplit(".", 1)[0] + ".alice") is None
+    assert verify(b"another key" * 4, sign(KEY, "alice")).username is None
+    assert proves("alice") is None
+    assert proves("." + "alice") is None
+    assert proves(sign(KEY, "alice") + "\n") is None
 
 
-def test_user_names_with_dots_and_at_signs_round_trip_but_control_characters_do_not() -> None:
-    assert verify_token(KEY, user_token(KEY, "first.last@example.org")) == "first.last@example.org"
-    assert verify_token(KEY, user_token(KEY, "eve\nmallory")) is None
-    assert verify_token(KEY, user_token(KEY, "")) is None
+def test_user_names_with_dots_and_at_signs_round_trip_others_cannot_be_signed() -> None:
+    assert proves(sign(KEY, "first.last@example.org")) == "first.last@example.org"
+    for name in ["eve\nmallory", "", "ali\u00e9e", "a" * 129]:
+        with pytest.raises(ValueError, match="cannot have a gateway token"):
+            sign(KEY, name)
+
+
+@given(st.text(max_size=200))
+def test_any_text_is_refused_without_an_exception(text: str) -> None:
+    assume(not text.startswith("v2."))
+    assert verify(KEY, text).username is None
+    assert verify(KEY, "v2.1.0." + "0" * 64 + "." + text).username is None
+
+
+def test_a_token_expires_after_its_lifetime() -> None:
+    token = sign(KEY, "alice", lifetime_seconds=60, now=1000)
+    assert proves(token, now=1059.9) == "alice"
+    verdict = verify(KEY, token, now=1060)
+    assert verdict.username is None and "expired" in verdict.reason
+    assert proves(sign(KEY, "alice", now=1000), now=10**10) == "alice"  # 0: until revoked
+
+
+def test_revoking_a_user_voids_their_tokens_until_then_and_nobody_elses(tmp_path: Path) -> None:
+    old, bobs = sign(KEY, "alice", now=1000), sign(KEY, "bob", now=1000)
+    revoke(tmp_path, "alice", now=2000)
+    verdict = verify(KEY, old, revocations=tmp_path)
+    assert verdict.username is None and "revoked" in verdict.reason
+    assert proves(bobs, revocations=tmp_path) == "bob"
+    assert proves(sign(KEY, "alice", now=2001), revocations=tmp_path) == "alice"
+
+
+def test_an_unreadable_revocation_record_voids_the_users_tokens(tmp_path: Path) -> None:
+    revoke(tmp_path, "alice", now=2000)
+    [record] = list(tmp_path.iterdir())
+    record.write_text("not a time")
+    assert proves(sign(KEY, "alice", now=3000), revocations=tmp_path) is None
 
 
 def test_the_hub_config_in_jupyterhub_values_installs_the_profile_hooks() -> None:
@@ -55,7 +96,13 @@ def test_the_hub_config_in_jupyterhub_values_installs_the_profile_hooks() -> Non
 
 
 def test_the_gateway_token_the_profile_hook_stores_is_one_the_front_accepts() -> None:
-    assert verify_token(KEY, distrun_profiles.gateway_token(KEY, "alice")) == "alice"
+    environ = {"DISTRUN_GATEWAY_USER_KEY": KEY.decode(), "DISTRUN_GATEWAY_TOKEN_SECONDS": "600"}
+    tokens = distrun_profiles.user_tokens("alice", "hub-token", environ)
+    assert tokens["jupyterhub-api-token"] == "hub-token"
+    token = tokens["distrun-gateway-token"]
+    assert proves(token) == "alice"
+    assert proves(token, now=time.time() + 601) is None  # the lifetime the chart sets
+    assert distrun_profiles.user_tokens("alice", "t", {}) == {"jupyterhub-api-token": "t"}
 
 
 def test_no_token_stays_a_literal_value_of_the_notebook_pod(monkeypatch) -> None:

@@ -1,5 +1,10 @@
 """One user cannot start a kernel as another, nor see or reach another user's kernels."""
 
+import json
+import time
+import urllib.error
+import urllib.request
+
 import pytest
 from tornado import httpclient, websocket
 
@@ -64,8 +69,15 @@ async def test_another_user_can_neither_list_nor_reach_nor_delete_the_kernel(
 
 @pytest.mark.parametrize(
     "token",
-    [None, "", "not-a-token", BOB.split(".")[0] + ".alice", user_token("alice") + "x"],
-    ids=["none", "empty", "garbage", "bobs-signature-alices-name", "tampered"],
+    [
+        None,
+        "",
+        "not-a-token",
+        BOB.rsplit(".", 1)[0] + ".alice",
+        user_token("alice") + "x",
+        "a" * 64 + ".alice",  # the old unversioned form
+    ],
+    ids=["none", "empty", "garbage", "bobs-signature-alices-name", "tampered", "v1-form"],
 )
 def test_requests_without_a_valid_user_token_are_refused(
     gateways: Gateways, token: str | None
@@ -96,3 +108,33 @@ async def test_the_gateway_itself_refuses_callers_without_its_own_token(gateways
     assert http(f"{replica.eg_url}/api/kernels", token=ALICE)[0] == 401
     with pytest.raises((httpclient.HTTPClientError, websocket.WebSocketError, OSError)):
         await execute(f"ws://127.0.0.1:{replica.eg_port}/api/kernels/x/channels", ALICE, "1")
+
+
+def test_non_ascii_authorization_expired_and_revoked_tokens_are_a_401_in_words(
+    gateways: Gateways,
+) -> None:
+    replica = gateways.start("a")
+    front = replica.url
+    for header in ["token ali\u00e9e", "token \u00ff" * 3, "Bearer v2.1.0." + "\u00e9" * 64 + ".a"]:
+        request = urllib.request.Request(f"{front}/api/kernels")
+        request.add_header("Authorization", header)  # sent as latin-1, as a browser could
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 401
+        assert json.loads(refused.value.read())["message"].startswith("a valid distrun")
+
+    expiring = user_token("alice", lifetime=2)
+    assert http(f"{front}/api/kernels", token=expiring)[0] == 200
+    time.sleep(2.5)
+    status, body = http(f"{front}/api/kernels", token=expiring)
+    assert status == 401
+    assert body["message"] == "this gateway token has expired; restart your server from the hub"
+
+    alice, bob = user_token("alice"), user_token("bob")
+    assert http(f"{front}/api/kernels", token=alice)[0] == 200
+    replica.revoke("alice")
+    status, body = http(f"{front}/api/kernels", token=alice)
+    assert status == 401 and "revoked" in body["message"]
+    assert http(f"{front}/api/kernels", token=bob)[0] == 200  # one user's revocation only
+    time.sleep(1.1)
+    assert http(f"{front}/api/kernels", token=user_token("alice"))[0] == 200  # a new token works
