@@ -242,8 +242,10 @@ def test_run_through_the_server_streams_lines_and_exits_0(
     env: dict[str, str], server: ServerProcess, tmp_path: Path
 ) -> None:
     cell = write(tmp_path / "cell.txt", TWO_WORKERS)
-    result = distrun(env, "run", cell, "--url", server.url, "--token", TOKEN)
+    token_file = write(tmp_path / "token", f"{TOKEN}\n")
+    result = distrun(env, "run", cell, "--url", server.url, "--token-file", token_file)
     assert result.returncode == 0, result.stderr
+    assert "warning" not in result.stderr
     assert "worker-0 | hello from worker-0" in result.stdout.splitlines()
     assert "worker-1 | hello from worker-1" in result.stdout.splitlines()
     assert " succeeded" in result.stdout.splitlines()[-1]
@@ -262,7 +264,7 @@ def test_the_environment_selects_the_server_and_errors_come_back_as_one_line(
     assert missing.returncode == 2 and missing.stderr.startswith("distrun: error: ")
     wrong = distrun({**remote, "DISTRUN_TOKEN": "wrong"}, "ls")
     assert wrong.returncode == 2
-    assert "check --token / DISTRUN_TOKEN" in wrong.stderr
+    assert "check the token (--token-file, DISTRUN_TOKEN or DISTRUN_TOKEN_FILE)" in wrong.stderr
 
 
 def test_jobs_run_from_the_cli_show_up_in_the_server_and_back(
@@ -274,6 +276,7 @@ def test_jobs_run_from_the_cli_show_up_in_the_server_and_back(
                         "--token", TOKEN).stdout.strip()  # fmt: skip
     assert local_id and remote_id
     via_server = distrun(env, "ls", "--json", "--url", server.url, "--token", TOKEN)
+    assert "--token shows the token to anyone who can list" in via_server.stderr
     via_engine = distrun(env, "ls", "--json")
     for listing in (via_server, via_engine):
         ids = {job["id"] for job in json.loads(listing.stdout)}

@@ -2,6 +2,7 @@
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,6 +146,33 @@ def test_backend_is_the_server_when_a_url_is_given_or_in_the_environment() -> No
     )
     assert isinstance(jupyter_env, ServerClient)
     assert (jupyter_env.base_url, jupyter_env.token) == ("http://b:3/", "y")
+
+
+def test_the_token_comes_from_the_flag_a_token_file_or_the_environment(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("  from-file \n")
+    url = {"DISTRUN_URL": "http://a:2/"}
+
+    def token(environ: dict[str, str], **kwargs: Any) -> str | None:
+        client = client_from_env(environ={**url, **environ}, **kwargs)
+        assert isinstance(client, ServerClient)
+        return client.token
+
+    assert token({}, token_file=token_file) == "from-file"
+    assert token({"DISTRUN_TOKEN": "env"}, token_file=token_file) == "from-file"
+    assert token({"DISTRUN_TOKEN": "env", "DISTRUN_TOKEN_FILE": str(token_file)}) == "env"
+    assert token({"DISTRUN_TOKEN_FILE": str(token_file), "JUPYTER_TOKEN": "j"}) == "from-file"
+    assert token({"JUPYTER_TOKEN": "j"}) == "j"
+    assert token({}, token="flag", token_file=token_file) == "flag"
+
+
+def test_a_missing_or_empty_token_file_is_a_clear_error(tmp_path: Path) -> None:
+    environ = {"DISTRUN_URL": "http://a:2/"}
+    with pytest.raises(SpecError, match="cannot read the token file .*No such file"):
+        client_from_env(environ=environ, token_file=tmp_path / "nope")
+    (tmp_path / "empty").write_text("\n \n")
+    with pytest.raises(SpecError, match="is empty; write the server's token in it"):
+        client_from_env(environ={**environ, "DISTRUN_TOKEN_FILE": str(tmp_path / "empty")})
 
 
 def test_backend_is_the_local_engine_without_a_url_even_if_a_token_is_set(

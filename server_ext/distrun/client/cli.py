@@ -5,7 +5,8 @@
     distrun logs JOB [-f] [--replica worker-0] [--tail N]
     distrun ls | cancel JOB | rm JOB | status JOB [--json]
 
-With `--url`/`--token` (or DISTRUN_URL/DISTRUN_TOKEN, or JUPYTER_SERVER_URL/JUPYTER_TOKEN) it
+With `--url` and a token (`--token-file`, DISTRUN_TOKEN or DISTRUN_TOKEN_FILE, or
+JUPYTER_SERVER_URL/JUPYTER_TOKEN; `--token` works but shows it in the process list) it
 talks to a running jupyter_server; otherwise it runs the local engine in-process over the
 server's default state directory, so jobs show up on both sides. Flags override the file's
 header (`%framework=...` or `%%distrun ...`); a file without a header runs as `generic`.
@@ -141,7 +142,11 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
 def _add_backend_flags(parser: argparse.ArgumentParser, default: Any) -> None:
     group = parser.add_argument_group("backend")
     group.add_argument("--url", default=default, help="a jupyter_server URL (env DISTRUN_URL)")
-    group.add_argument("--token", default=default, help="its token (env DISTRUN_TOKEN)")
+    group.add_argument("--token", default=default,
+                       help="its token; visible in the process list and shell history: prefer "
+                            "--token-file or env DISTRUN_TOKEN")  # fmt: skip
+    group.add_argument("--token-file", type=Path, default=default,
+                       help="a file holding the token (env DISTRUN_TOKEN_FILE)")  # fmt: skip
     group.add_argument("--state-dir", type=Path, default=default,
                        help="the local engine's state directory (without --url)")  # fmt: skip
 
@@ -361,6 +366,11 @@ async def cmd_status(client: Client, args: argparse.Namespace) -> int:
     return EXIT_SUCCEEDED
 
 
+TOKEN_FLAG_WARNING = (
+    "distrun: warning: --token shows the token to anyone who can list this machine's processes "
+    "and keeps it in your shell history; set DISTRUN_TOKEN or use --token-file instead"
+)
+
 COMMANDS = {
     "run": cmd_run,
     "submit": cmd_submit,
@@ -373,7 +383,9 @@ COMMANDS = {
 
 
 async def _dispatch(args: argparse.Namespace) -> int:
-    client = client_from_env(args.url, args.token, args.state_dir)
+    if args.token:
+        print(TOKEN_FLAG_WARNING, file=sys.stderr, flush=True)
+    client = client_from_env(args.url, args.token, args.state_dir, token_file=args.token_file)
     try:
         return await COMMANDS[args.command](client, args)
     finally:

@@ -51,7 +51,7 @@ def error_from_response(status: int, body: bytes, what: str) -> DistrunError:
     if status == 401 or (status == 403 and message == "Forbidden"):
         # jupyter_server's own refusal of a missing or wrong token, not a distrun Forbidden
         return ClientError(
-            f"the server refused the request (HTTP {status}); check --token / DISTRUN_TOKEN"
+            f"the server refused the request (HTTP {status}); check the token (--token-file, DISTRUN_TOKEN or DISTRUN_TOKEN_FILE)"
         )
     if status == 400:
         line = payload.get("line")
