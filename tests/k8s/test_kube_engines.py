@@ -439,6 +439,41 @@ async def test_cancel_deletes_the_job_in_the_foreground_and_the_configmap_goes_w
         await engine.get_job(job.id, "alice")
 
 
+async def test_cancelling_an_ended_job_stops_its_replicas_still_running_and_keeps_the_others(
+    kube_cluster: KubeCluster, engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
+) -> None:
+    # With cleanPodPolicy None a failed master leaves its workers running (and holding GPUs).
+    engine = engines["kubeflow"]
+    job, owner = await submit_pytorchjob(
+        engine, kube_admin, kube_namespace, clean_pod_policy="None",
+        roles={"master": {"replicas": 1}, "worker": {"replicas": 1}},
+    )  # fmt: skip
+    annotations = {"kwok.distrun.test/exit-code": "1", "kwok.distrun.test/message": "boom"}
+    await pytorch_pod(kube_cluster, kube_admin, owner, "master", annotations=annotations)
+    await pytorch_pod(kube_cluster, kube_admin, owner, "worker", lines=("still going",))
+    await set_job_conditions(kube_admin, owner, "Created", "Failed")
+    ended = await eventually(
+        lambda: engine.get_job(job.id, "alice"),
+        lambda j: (
+            j.state == JobState.FAILED
+            and {r.name: r.state for r in j.replicas}.get("worker-0") == JobState.RUNNING
+        ),
+        "the job to fail with its worker still running",
+    )
+    assert ended.state == JobState.FAILED
+
+    after = await engine.cancel(job.id, "alice")
+    assert after.state == JobState.FAILED  # cancel does not rewrite how the job ended
+    core = client.CoreV1Api(kube_admin)
+    await eventually(
+        lambda: is_gone(lambda: core.read_namespaced_pod(f"{job.id}-worker-0", kube_namespace)),
+        bool,
+        "the running worker's pod to be deleted",
+    )
+    master = await core.read_namespaced_pod(f"{job.id}-master-0", kube_namespace)
+    assert master.status.phase == "Failed"  # a finished replica keeps its pod and its logs
+
+
 async def test_a_failed_replica_is_named_with_its_exit_and_last_lines_and_no_pod_outlives_the_job(
     kube_cluster: KubeCluster, engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
 ) -> None:

@@ -210,5 +210,5 @@ def test_jupyter_servers_own_token_refusal_points_at_the_token() -> None:
         error = error_from_response(status, b'{"message": "Forbidden", "reason": null}', "GET x")
         assert isinstance(error, ClientError)
         assert str(error) == (
-            f"the server refused the request (HTTP {status}); check --token / DISTRUN_TOKEN"
+            f"the server refused the request (HTTP {status}); check the token (--token-file, DISTRUN_TOKEN or DISTRUN_TOKEN_FILE)"
         )

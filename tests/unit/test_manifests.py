@@ -110,9 +110,9 @@ def test_webhook_rules_require_one_mpi_launcher() -> None:
         check_webhook_rules(job)
 
 
-def test_run_policy_defaults_keep_pods_and_do_not_retry() -> None:
+def test_run_policy_defaults_stop_running_pods_at_the_end_and_do_not_retry() -> None:
     policy = kubeflow(spec())["spec"]["runPolicy"]
-    assert policy == {"cleanPodPolicy": "None", "backoffLimit": 0}
+    assert policy == {"cleanPodPolicy": "Running", "backoffLimit": 0}
 
 
 def test_run_policy_carries_deadlines_ttl_and_gang_scheduling() -> None:
@@ -120,7 +120,7 @@ def test_run_policy_carries_deadlines_ttl_and_gang_scheduling() -> None:
         active_deadline_seconds=600,
         ttl_seconds_after_finished=60,
         backoff_limit=2,
-        clean_pod_policy="Running",
+        clean_pod_policy="None",
         queue="research",
         roles={"worker": {"replicas": 3}},
     )
@@ -129,7 +129,7 @@ def test_run_policy_carries_deadlines_ttl_and_gang_scheduling() -> None:
     assert policy["activeDeadlineSeconds"] == 600
     assert policy["ttlSecondsAfterFinished"] == 60
     assert policy["backoffLimit"] == 2
-    assert policy["cleanPodPolicy"] == "Running"
+    assert policy["cleanPodPolicy"] == "None"
     assert policy["schedulingPolicy"] == {
         "minAvailable": 4,
         "queue": "research",
@@ -283,6 +283,16 @@ def test_volcano_job_has_one_task_per_role_gang_and_restart_policies() -> None:
     assert tasks["chief"]["policies"] == [{"event": "TaskCompleted", "action": "CompleteJob"}]
     assert "policies" not in tasks["worker"]
     assert tasks["ps"]["replicas"] == 2
+
+
+@pytest.mark.parametrize("restarts", [0, 1, 5])
+def test_volcano_max_retry_allows_exactly_the_restarts_asked_for(restarts: int) -> None:
+    # Volcano fails a job once its retry count, counting the failure at hand, reaches maxRetry
+    # (and its webhook would turn 0 into 3).
+    s = spec("pytorch", backoff_limit=restarts, restart_policy="OnFailure")
+    assert volcano_job(s, TARGET, OPTIONS, volcano_bundle(s, TARGET))["spec"]["maxRetry"] == (
+        restarts + 1
+    )
 
 
 def test_volcano_queue_and_priority_come_from_the_spec_or_the_defaults() -> None:

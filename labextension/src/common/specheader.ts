@@ -21,7 +21,7 @@ const SCALARS: ReadonlyArray<[field: string, key: string, fallback: unknown]> =
     ['restart_policy', 'restartPolicy', 'Never'],
     ['backoff_limit', 'backoffLimit', 0],
     ['active_deadline_seconds', 'deadline', null],
-    ['clean_pod_policy', 'cleanPolicy', 'None'],
+    ['clean_pod_policy', 'cleanPolicy', 'Running'],
     ['ttl_seconds_after_finished', 'ttl', null],
     ['queue', 'queue', null],
     ['priority_class', 'priorityClass', null]

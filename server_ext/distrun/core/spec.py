@@ -67,7 +67,9 @@ class JobSpec:
     # A replica that writes no output within this many seconds of starting is killed as hung
     # at start-up (then the restart policy applies). None: no such check.
     startup_timeout_seconds: int | None = None
-    clean_pod_policy: str = "None"
+    # What happens to the pods when the job ends: "Running" stops those still running (a master
+    # that failed leaves no worker holding a GPU) and keeps finished ones for their logs.
+    clean_pod_policy: str = "Running"
     ttl_seconds_after_finished: int | None = None
     queue: str | None = None
     priority_class: str | None = None
@@ -125,7 +127,7 @@ def parse_spec(data: Any, limits: Limits) -> JobSpec:
         backoff_limit=_int(data, "backoff_limit", 0, 0, 100),
         active_deadline_seconds=_optional_int(data, "active_deadline_seconds", 1, 30 * 86400),
         startup_timeout_seconds=_optional_int(data, "startup_timeout_seconds", 1, 86400),
-        clean_pod_policy=_choice(data, "clean_pod_policy", CLEAN_POD_POLICIES, "None"),
+        clean_pod_policy=_choice(data, "clean_pod_policy", CLEAN_POD_POLICIES, "Running"),
         ttl_seconds_after_finished=_optional_int(
             data, "ttl_seconds_after_finished", 0, 365 * 86400
         ),

@@ -15,7 +15,7 @@ function spec(fields: Partial<IJobSpec>): IJobSpec {
     restart_policy: 'Never',
     backoff_limit: 0,
     active_deadline_seconds: null,
-    clean_pod_policy: 'None',
+    clean_pod_policy: 'Running',
     ttl_seconds_after_finished: null,
     queue: null,
     priority_class: null,

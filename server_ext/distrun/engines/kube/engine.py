@@ -310,6 +310,7 @@ class KubeEngine:
             return unreadable_job(self.name, obj, error)
         job = describe(self.name, obj, spec, {}, self.phase(obj))
         if job.state.terminal:
+            await self._stop_running_pods(api, obj, spec)
             return await self.get_job(job_id, owner)
         try:
             namespace = obj["metadata"]["namespace"]
@@ -490,6 +491,15 @@ class KubeEngine:
         meta = obj["metadata"]
         pods = await api.list(PODS, meta["namespace"], self.pod_selector(meta["name"]), "list pods")
         return self._replica_pods(pods.get("items", []), spec)
+
+    async def _stop_running_pods(self, api: KubeApi, obj: Obj, spec: JobSpec) -> None:
+        """Deletes the pods of an ended job that still run (kept by cleanPodPolicy None, or
+        left by a controller): they hold their node's resources, GPUs included, for nothing."""
+        for pod in (await self._pods(api, obj, spec)).values():
+            if pod.get("status", {}).get("phase") in ("Pending", "Running", None):
+                with contextlib.suppress(NotFound):
+                    name = pod["metadata"]["name"]
+                    await api.delete(PODS, pod["metadata"]["namespace"], name, "stop a replica")
 
     def _replica_pods(self, pods: list[Obj], spec: JobSpec) -> dict[str, Obj]:
         """The newest pod of each replica (an operator may be replacing an old one)."""

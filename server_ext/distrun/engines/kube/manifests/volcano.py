@@ -2,8 +2,8 @@
 
 `minAvailable` is every replica (all or nothing, as parameter-server jobs need); the `env` and
 `svc` plugins give each pod `VC_TASK_INDEX` and a stable host name `{job}-{task}-{index}.{job}`;
-a failed or evicted pod restarts the whole job (up to `backoff_limit` times) and the chief or
-master task completing completes the job. Volcano injects no framework variables, and a task's
+a failed or evicted pod restarts the whole job (`backoff_limit` times at most, so `maxRetry` is
+one more) and the chief or master task completing completes the job. Volcano injects no framework variables, and a task's
 template is shared by its replicas, so the shipped launcher sets each replica's variables
 (computed by `replica_env`, as for the local engine) from its task and `VC_TASK_INDEX`:
 one task per role as the plugins expect, no shell, and code that runs unchanged.
@@ -88,7 +88,9 @@ def volcano_job(
         "schedulerName": SCHEDULER,
         "minAvailable": spec.replica_count,
         "queue": queue(spec, options) or DEFAULT_QUEUE,
-        "maxRetry": spec.backoff_limit,
+        # Volcano counts the failure that ends the job as a retry (it fails a job once its
+        # retry count reaches maxRetry), and its admission webhook turns 0 into 3.
+        "maxRetry": spec.backoff_limit + 1,
         "plugins": {"env": [], "svc": []},
         "policies": [{"events": ["PodEvicted", "PodFailed"], "action": "RestartJob"}],
         "tasks": tasks,
