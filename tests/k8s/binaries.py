@@ -29,6 +29,9 @@ KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.8"  # the etcd that Kubernetes v1.36 is built and tested against
 KWOK_VERSION = "v0.8.0"  # lists Kubernetes 1.36 in its supported_releases.txt
 
+TRAINING_OPERATOR_VERSION = "v1.9.4"
+TRAINING_OPERATOR_PACKAGE = "github.com/kubeflow/training-operator/cmd/training-operator.v1"
+
 KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
@@ -120,6 +123,7 @@ class Binaries:
     kube_controller_manager: Path
     kube_scheduler: Path
     kwok: Path
+    training_operator: Path
     crds: tuple[Path, ...]  # CustomResourceDefinitions as JSON, operators' and kwok's
 
 
@@ -139,6 +143,7 @@ def ensure_all(report: Report = report_to_stderr) -> Binaries:
         kube_controller_manager=kubernetes / "kube-controller-manager",
         kube_scheduler=kubernetes / "kube-scheduler",
         kwok=ensure_kwok(report=report) / "kwok",
+        training_operator=ensure_training_operator(report=report) / "training-operator",
         crds=tuple(
             (d / name).with_suffix(".json")
             for d, s in zip(crd_dirs, CRD_SOURCES, strict=True)
@@ -179,6 +184,25 @@ def ensure_kwok(report: Report = report_to_stderr) -> Path:
         go_build(src, f"{out}/", ["sigs.k8s.io/kwok/cmd/kwok"], [])
 
     return ensure_component("kwok", KWOK_VERSION, build, ("kwok",), report=report)
+
+
+def ensure_training_operator(report: Report = report_to_stderr) -> Path:
+    """The Kubeflow Training Operator's controller manager (`training-operator.v1`)."""
+
+    def build(src: Path, out: Path) -> None:
+        write_go_mod(src, require={}, replace={})
+        # `go get` of the command's package, not the module root: the root alone leaves go.sum
+        # without the command's dependencies.
+        run_go(["go", "get", f"{TRAINING_OPERATOR_PACKAGE}@{TRAINING_OPERATOR_VERSION}"], src)
+        go_build(src, str(out / "training-operator"), [TRAINING_OPERATOR_PACKAGE], [])
+
+    return ensure_component(
+        "training-operator",
+        TRAINING_OPERATOR_VERSION,
+        build,
+        ("training-operator",),
+        report=report,
+    )
 
 
 def ensure_crds(source: CrdSource, report: Report = report_to_stderr) -> Path:

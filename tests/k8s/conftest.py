@@ -21,6 +21,7 @@ import pytest
 
 from .binaries import Binaries, BuildError, ensure_all
 from .cluster import KubeCluster
+from .controllers import start_training_operator
 from .distrun_server import (
     DistrunServer,
     delete_user_jobs,
@@ -77,6 +78,15 @@ def kube_cluster() -> Iterator[KubeCluster]:
         raise Build.error
     with KubeCluster(Build.binaries or ensure_all()) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def operator_namespace(kube_cluster: KubeCluster) -> str:
+    """A namespace the real Kubeflow Training Operator reconciles (and no other is)."""
+    name = "real-operator"
+    kube_cluster.create_namespace(name)
+    start_training_operator(kube_cluster, kube_cluster.binaries.training_operator, name)
+    return name
 
 
 @pytest.fixture

@@ -1,0 +1,183 @@
+"""distrun's Kubeflow engine against the REAL Training Operator v1.9.4 (built from its Go
+module, its validating webhooks registered, reconciling one namespace). kwok plays the kubelet:
+what a container prints and how it exits are the only things the test decides; the pods, their
+environment and the job's conditions come from the operator."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from distrun.core.job import JobState
+from distrun.core.replica_env import operator_env, service_addresses
+from distrun.core.spec import JobSpec
+from distrun.engines.kube.kubeflow import KubeflowEngine
+
+from .cluster import KubeCluster
+
+pytestmark = pytest.mark.kubernetes
+
+WAIT = 90.0
+# One spec per framework, with every role it has.
+SPECS = {
+    "pytorch": {"master": 1, "worker": 2},
+    "tensorflow": {"chief": 1, "ps": 1, "worker": 2},
+    "xgboost": {"master": 1, "worker": 2},
+    "paddle": {"master": 1, "worker": 1},
+    "jax": {"worker": 3},
+    "mpi": {"launcher": 1, "worker": 2},
+}
+EXIT_ANNOTATION = "kwok.distrun.test/exit-code"
+
+
+def spec(framework: str, **fields: Any) -> JobSpec:
+    roles = {role: {"replicas": count} for role, count in SPECS[framework].items()}
+    return JobSpec.from_dict(
+        {"framework": framework, "code": "print('hi')\n", "roles": roles, **fields}
+    )
+
+
+@pytest.fixture
+async def engine(kube_admin: Any, operator_namespace: str) -> AsyncIterator[KubeflowEngine]:
+    made = KubeflowEngine(api_client=kube_admin, namespace=operator_namespace)
+    yield made
+    await made.close()
+
+
+async def eventually(read: Callable[[], Any], check: Callable[[Any], bool], what: str) -> Any:
+    deadline = time.monotonic() + WAIT
+    while True:
+        value = await read()
+        if check(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last value: {value!r}")
+        await asyncio.sleep(0.3)
+
+
+async def job_pods(api: Any, namespace: str, job_id: str) -> dict[str, Any]:
+    """The operator's pods of the job, by replica name (`{role}-{index}`)."""
+    listed = await client.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector=f"training.kubeflow.org/job-name={job_id}"
+    )
+    pods = {}
+    for pod in listed.items:
+        labels = pod.metadata.labels
+        role = labels["training.kubeflow.org/replica-type"]
+        index = labels.get("training.kubeflow.org/replica-index", "0")  # MPI's launcher: none
+        pods[f"{role}-{index}"] = pod
+    return pods
+
+
+def container_env(pod: Any, container: str, pod_ip: str) -> dict[str, str]:
+    """The container's environment as its process sees it: the pod's IP where a variable
+    takes it from the pod (`pod_ip` stands for it), and `$(NAME)` references expanded, as the
+    kubelet does."""
+    [main] = [c for c in pod.spec.containers if c.name == container]
+    env: dict[str, str] = {}
+    for var in main.env or []:
+        if var.value_from is not None:
+            env[var.name] = field_value(pod, var.value_from.field_ref.field_path, pod_ip)
+        else:
+            env[var.name] = re.sub(r"\$\((\w+)\)", lambda m: env.get(m[1], m[0]), var.value or "")
+    return env
+
+
+def field_value(pod: Any, path: str, pod_ip: str) -> str:
+    """What the kubelet gives a variable taken from the pod's own fields."""
+    if path == "status.podIP":
+        return pod_ip
+    label = re.fullmatch(r"metadata\.labels\['(.+)'\]", path)
+    assert label is not None, f"a field the test does not know: {path}"
+    return str(pod.metadata.labels[label[1]])
+
+
+@pytest.mark.parametrize("framework", list(SPECS))
+async def test_the_real_operator_gives_each_replica_the_environment_distrun_gives_it_locally(
+    engine: KubeflowEngine, kube_admin: Any, operator_namespace: str, framework: str
+) -> None:
+    """The promise "the same code runs unchanged on your laptop and on the cluster": every
+    variable the operator writes into a replica's container is the one `operator_env` computes
+    for it, which is what the local engine's supervisor gives that replica (with loopback hosts
+    and a port per replica in place of the operator's service names and default port)."""
+    job_spec = spec(framework)
+    job = await engine.submit(job_spec, "alice")
+    names = set(job_spec.replica_names())
+    pods = await eventually(
+        lambda: job_pods(kube_admin, operator_namespace, job.id),
+        lambda found: set(found) == names,
+        f"the operator to create a pod per replica of {names}",
+    )
+    addresses = service_addresses(job_spec, job.id, operator_namespace)
+    container = engine.container_name(job_spec)
+    for replica, pod in sorted(pods.items()):
+        expected = operator_env(job_spec, job.id, replica, addresses)
+        actual = container_env(pod, container, pod_ip=addresses[replica].host)
+        written_by_operator = {name: actual.get(name) for name in expected}
+        assert written_by_operator == expected, replica
+    await engine.delete(job.id, "alice")
+
+
+async def test_a_job_succeeds_when_its_pods_succeed_and_fails_naming_the_replica(
+    engine: KubeflowEngine, kube_admin: Any, operator_namespace: str
+) -> None:
+    core = client.CoreV1Api(kube_admin)
+    good = await engine.submit(spec("pytorch"), "alice")
+    bad = await engine.submit(spec("pytorch"), "alice")
+    for job_id, exits in ((good.id, {}), (bad.id, {"worker-1": "3"})):
+        pods = await eventually(
+            lambda job_id=job_id: job_pods(kube_admin, operator_namespace, job_id),
+            lambda found: len(found) == 3,
+            "the operator's pods",
+        )
+        for replica, pod in pods.items():
+            code = exits.get(replica, "0")
+            patch = {"metadata": {"annotations": {EXIT_ANNOTATION: code}}}
+            await core.patch_namespaced_pod(pod.metadata.name, operator_namespace, patch)
+    succeeded = await eventually(
+        lambda: engine.get_job(good.id, "alice"),
+        lambda j: j.state.terminal,
+        "the good job to end",
+    )
+    assert succeeded.state == JobState.SUCCEEDED
+    failed = await eventually(
+        lambda: engine.get_job(bad.id, "alice"),
+        lambda j: j.state.terminal,
+        "the bad job to end",
+    )
+    assert failed.state == JobState.FAILED
+    assert failed.failed_replica == "worker-1"
+    worker = next(r for r in failed.replicas if r.name == "worker-1")
+    assert worker.exit_code == 3
+
+
+async def test_cancel_and_delete_leave_nothing_behind(
+    kube_cluster: KubeCluster, engine: KubeflowEngine, kube_admin: Any, operator_namespace: str
+) -> None:
+    job = await engine.submit(spec("tensorflow"), "alice")
+    await eventually(
+        lambda: job_pods(kube_admin, operator_namespace, job.id),
+        lambda found: len(found) == 4,
+        "the operator's pods",
+    )
+    cancelled = await engine.cancel(job.id, "alice")
+    assert cancelled.state == JobState.CANCELLED
+    core = client.CoreV1Api(kube_admin)
+
+    async def leftovers() -> list[str]:
+        pods = await job_pods(kube_admin, operator_namespace, job.id)
+        services = await core.list_namespaced_service(
+            operator_namespace, label_selector=f"training.kubeflow.org/job-name={job.id}"
+        )
+        maps = await core.list_namespaced_config_map(operator_namespace)
+        return [*pods, *(s.metadata.name for s in services.items)] + [
+            m.metadata.name for m in maps.items if m.metadata.name.startswith(job.id)
+        ]
+
+    await eventually(leftovers, lambda left: left == [], "pods, services and code to be gone")
