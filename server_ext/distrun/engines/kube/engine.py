@@ -40,6 +40,7 @@ from distrun.engines.kube.client import (
     namespace_for,
     new_api_client,
 )
+from distrun.engines.kube.kueue import check_queue_system, workload_reason
 from distrun.engines.kube.logs import (
     LedgerStore,
     LogContext,
@@ -92,6 +93,7 @@ class KubeEngine:
     resources: tuple[Resource, ...] = ()  # every kind this engine creates: (plural, kind)
     kinds: tuple[str, ...] = ()
     operator = "the operator that runs these jobs"  # what to install when the kinds are missing
+    kueue_manages = True  # whether Kueue can queue this engine's kind
 
     def __init__(
         self,
@@ -113,6 +115,7 @@ class KubeEngine:
         cluster_domain: str | None = None,
         run_as_non_root: bool = False,
         automount_service_account_token: bool = False,
+        queue_system: str | None = None,
         limits: Limits | None = None,
     ) -> None:
         """`namespace` is one namespace for everyone or a template such as
@@ -135,6 +138,7 @@ class KubeEngine:
             cluster_domain=cluster_domain,
             run_as_non_root=run_as_non_root,
             automount_service_account_token=automount_service_account_token,
+            queue_system=check_queue_system(queue_system, self.name, self.kueue_manages),
         )
         self.limits = limits or Limits()
         self._kubeconfig, self._context = kubeconfig, context
@@ -179,8 +183,9 @@ class KubeEngine:
         """Why the pending `job` waits, in words, when its pods do not say: the latest Warning
         event on the job object (an operator that cannot create the pods reports it there).
         None keeps the reason `describe` gave."""
-        if pending_reason(job.replicas) is not None:
-            return None
+        queued = await workload_reason(api, obj)
+        if queued is not None or pending_reason(job.replicas) is not None:
+            return queued
         meta = obj["metadata"]
         selector = f"involvedObject.name={meta['name']},involvedObject.kind={obj.get('kind')}"
         try:
@@ -218,6 +223,7 @@ class KubeEngine:
                 "kinds": list(self.kinds),
                 "api": f"{self.resources[0].group}/{self.resources[0].version}",
                 "queues": self._choices(self.options.default_queue, self.options.allowed_queues),
+                "queue_system": self.options.queue_system or "",
                 "priority_classes": self._choices(
                     self.options.default_priority_class, self.options.allowed_priority_classes
                 ),

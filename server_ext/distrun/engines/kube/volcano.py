@@ -38,6 +38,7 @@ class VolcanoEngine(KubeEngine):
     description = "Volcano jobs: one task per role, gang-scheduled (all replicas or none)."
     operator = "Volcano (its scheduler and job controller)"
     kinds = ("Job",)
+    kueue_manages = False  # Kueue has no integration for Volcano jobs
     resources = (Resource("batch.volcano.sh", "v1alpha1", PLURAL),)
 
     def build(self, spec: JobSpec, target: Target) -> tuple[Obj, CodeBundle]:

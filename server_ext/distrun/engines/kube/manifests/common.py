@@ -30,6 +30,8 @@ _DNS1035_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _NOT_LABEL_VALUE_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 MAX_OBJECT_NAME = 40  # distrun.core.jobids.MAX_JOB_ID_LENGTH: room for replica suffixes
 
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
 
 @dataclass(frozen=True)
 class ClusterOptions:
@@ -51,6 +53,9 @@ class ClusterOptions:
     # images run as root); the API token mounted only where jobs call the API themselves.
     run_as_non_root: bool = False
     automount_service_account_token: bool = False
+    # Who queues jobs that name a queue: None or "volcano" (gang scheduling in that Volcano
+    # queue), or "kueue" (the LocalQueue of that name; the job is created suspended).
+    queue_system: str | None = None
 
     def image(self, spec: JobSpec) -> str:
         return (
@@ -191,6 +196,20 @@ def pod_spec_extras(options: ClusterOptions, *, whole_pod_spec: bool = True) -> 
 def queue(spec: JobSpec, options: ClusterOptions) -> str | None:
     """The job's queue: the default one, or one of the administrator's allowed queues."""
     return _allowed("queue", spec.queue, options.default_queue, options.allowed_queues)
+
+
+def kueue_queue(spec: JobSpec, options: ClusterOptions) -> str | None:
+    """The LocalQueue a job goes to when Kueue queues this engine's jobs."""
+    return queue(spec, options) if options.queue_system == "kueue" else None
+
+
+def kueue_metadata(target: Target, spec: JobSpec, options: ClusterOptions) -> dict[str, Any]:
+    """The job's metadata, labelled for Kueue when it queues the job."""
+    metadata = object_metadata(target, spec)
+    local_queue = kueue_queue(spec, options)
+    if local_queue:
+        metadata["labels"][KUEUE_QUEUE_LABEL] = local_queue
+    return metadata
 
 
 def priority_class(spec: JobSpec, options: ClusterOptions) -> str | None:

@@ -21,7 +21,8 @@ from distrun.engines.kube.manifests.common import (
     container_security,
     env_list,
     job_labels,
-    object_metadata,
+    kueue_metadata,
+    kueue_queue,
     pod_spec_extras,
     priority_class,
     queue,
@@ -81,7 +82,7 @@ def kubeflow_job(
     job = {
         "apiVersion": API_VERSION,
         "kind": kind,
-        "metadata": object_metadata(target, spec),
+        "metadata": kueue_metadata(target, spec, options),
         "spec": body,
     }
     check_webhook_rules(job)
@@ -97,7 +98,10 @@ def run_policy(spec: JobSpec, options: ClusterOptions) -> dict[str, Any]:
         policy["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
     if spec.active_deadline_seconds is not None:
         policy["activeDeadlineSeconds"] = spec.active_deadline_seconds
-    job_queue, priority = queue(spec, options), priority_class(spec, options)
+    if kueue_queue(spec, options):
+        policy["suspend"] = True  # Kueue resumes it once its ClusterQueue admits it
+    job_queue = None if options.queue_system == "kueue" else queue(spec, options)
+    priority = priority_class(spec, options)
     if job_queue or priority:
         # Gang scheduling (Volcano / scheduler-plugins): all replicas or none.
         scheduling: dict[str, Any] = {"minAvailable": spec.replica_count}

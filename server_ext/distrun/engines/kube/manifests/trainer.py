@@ -21,7 +21,8 @@ from distrun.engines.kube.manifests.common import (
     container_security,
     env_list,
     job_labels,
-    object_metadata,
+    kueue_metadata,
+    kueue_queue,
     pod_spec_extras,
     resources,
 )
@@ -98,10 +99,12 @@ def trainjob(
     }
     if spec.active_deadline_seconds is not None:
         body["activeDeadlineSeconds"] = spec.active_deadline_seconds
+    if kueue_queue(spec, options):
+        body["suspend"] = True  # Kueue resumes it once its ClusterQueue admits it
     return {
         "apiVersion": API_VERSION,
         "kind": "TrainJob",
-        "metadata": object_metadata(target, spec),
+        "metadata": kueue_metadata(target, spec, options),
         "spec": body,
     }
 
