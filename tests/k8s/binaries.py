@@ -32,6 +32,9 @@ KWOK_VERSION = "v0.8.0"  # lists Kubernetes 1.36 in its supported_releases.txt
 TRAINING_OPERATOR_VERSION = "v1.9.4"
 TRAINING_OPERATOR_PACKAGE = "github.com/kubeflow/training-operator/cmd/training-operator.v1"
 
+KUEUE_VERSION = "v0.14.0"
+KUEUE_PACKAGE = "sigs.k8s.io/kueue/cmd/kueue"
+
 KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
@@ -68,6 +71,25 @@ CRD_SOURCES = (
             "trainer.kubeflow.org_trainjobs.yaml",
             "trainer.kubeflow.org_trainingruntimes.yaml",
             "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+        ),
+    ),
+    CrdSource(
+        "kueue",
+        "sigs.k8s.io/kueue",
+        KUEUE_VERSION,
+        "config/components/crd/bases",
+        (
+            "kueue.x-k8s.io_clusterqueues.yaml",
+            "kueue.x-k8s.io_localqueues.yaml",
+            "kueue.x-k8s.io_resourceflavors.yaml",
+            "kueue.x-k8s.io_workloads.yaml",
+            "kueue.x-k8s.io_workloadpriorityclasses.yaml",
+            "kueue.x-k8s.io_admissionchecks.yaml",
+            "kueue.x-k8s.io_cohorts.yaml",
+            "kueue.x-k8s.io_topologies.yaml",
+            "kueue.x-k8s.io_multikueueclusters.yaml",
+            "kueue.x-k8s.io_multikueueconfigs.yaml",
+            "kueue.x-k8s.io_provisioningrequestconfigs.yaml",
         ),
     ),
     CrdSource(
@@ -124,6 +146,7 @@ class Binaries:
     kube_scheduler: Path
     kwok: Path
     training_operator: Path
+    kueue: Path
     crds: tuple[Path, ...]  # CustomResourceDefinitions as JSON, operators' and kwok's
 
 
@@ -144,6 +167,7 @@ def ensure_all(report: Report = report_to_stderr) -> Binaries:
         kube_scheduler=kubernetes / "kube-scheduler",
         kwok=ensure_kwok(report=report) / "kwok",
         training_operator=ensure_training_operator(report=report) / "training-operator",
+        kueue=ensure_kueue(report=report) / "kueue",
         crds=tuple(
             (d / name).with_suffix(".json")
             for d, s in zip(crd_dirs, CRD_SOURCES, strict=True)
@@ -203,6 +227,17 @@ def ensure_training_operator(report: Report = report_to_stderr) -> Path:
         ("training-operator",),
         report=report,
     )
+
+
+def ensure_kueue(report: Report = report_to_stderr) -> Path:
+    """Kueue's controller manager (`cmd/kueue`; its webhooks are served by the same binary)."""
+
+    def build(src: Path, out: Path) -> None:
+        write_go_mod(src, require={}, replace={})
+        run_go(["go", "get", f"{KUEUE_PACKAGE}@{KUEUE_VERSION}"], src)
+        go_build(src, str(out / "kueue"), [KUEUE_PACKAGE], [])
+
+    return ensure_component("kueue", KUEUE_VERSION, build, ("kueue",), report=report)
 
 
 def ensure_crds(source: CrdSource, report: Report = report_to_stderr) -> Path:

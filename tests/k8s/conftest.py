@@ -17,11 +17,12 @@ import warnings
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import kubernetes
 import pytest
 
 from .binaries import Binaries, BuildError, ensure_all
 from .cluster import KubeCluster
-from .controllers import start_training_operator
+from .controllers import start_kueue, start_training_operator
 from .distrun_server import (
     DistrunServer,
     delete_user_jobs,
@@ -87,6 +88,46 @@ def operator_namespace(kube_cluster: KubeCluster) -> str:
     kube_cluster.create_namespace(name)
     start_training_operator(kube_cluster, kube_cluster.binaries.training_operator, name)
     return name
+
+
+KUEUE_QUEUE = "team-a"
+KUEUE_CPU_QUOTA = "2"  # one job of two 1-CPU replicas at a time
+
+
+@pytest.fixture(scope="session")
+def kueue_queue(kube_cluster: KubeCluster, operator_namespace: str) -> str:
+    """Kueue managing `operator_namespace`: a ClusterQueue with CPU for one 2-replica job and
+    its LocalQueue there, whose name this returns."""
+    start_kueue(kube_cluster, kube_cluster.binaries.kueue, operator_namespace)
+    custom = kubernetes.client.CustomObjectsApi(kube_cluster.admin)
+    group, version = "kueue.x-k8s.io", "v1beta1"
+    custom.create_cluster_custom_object(
+        group, version, "resourceflavors", {"apiVersion": f"{group}/{version}",
+        "kind": "ResourceFlavor", "metadata": {"name": "default-flavor"}},
+    )  # fmt: skip
+    quota = [{"name": "cpu", "nominalQuota": KUEUE_CPU_QUOTA},
+             {"name": "memory", "nominalQuota": "64Gi"}]  # fmt: skip
+    cluster_queue = {
+        "apiVersion": f"{group}/{version}",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "distrun-cq"},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory"],
+                                "flavors": [{"name": "default-flavor", "resources": quota}]}],
+        },
+    }  # fmt: skip
+    custom.create_cluster_custom_object(group, version, "clusterqueues", cluster_queue)
+    local_queue = {
+        "apiVersion": f"{group}/{version}",
+        "kind": "LocalQueue",
+        "metadata": {"name": KUEUE_QUEUE, "namespace": operator_namespace},
+        "spec": {"clusterQueue": "distrun-cq"},
+    }
+    custom.create_namespaced_custom_object(
+        group, version, operator_namespace, "localqueues", local_queue
+    )
+    return KUEUE_QUEUE
 
 
 @pytest.fixture

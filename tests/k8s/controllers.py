@@ -8,6 +8,7 @@ itself (operator_sim.py), and a cluster-wide operator would make a second set be
 
 from __future__ import annotations
 
+import base64
 import datetime
 import ipaddress
 import os
@@ -16,8 +17,10 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import kubernetes
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -51,21 +54,23 @@ class WebhookCerts:
     tls_key: bytes
 
 
-def webhook_certs() -> WebhookCerts:
+def webhook_certs(ca_name: str = CA_NAME, dns_name: str = SERVICE_DNS_NAME) -> WebhookCerts:
+    """A CA and a serving certificate for 127.0.0.1 and `dns_name`, in the form a controller's
+    certificate rotator (open-policy-agent/cert-controller) accepts and keeps."""
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_NAME)])
+    ca_subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ca_name)])
     ca_cert = (
-        _builder(ca_name, ca_name, ca_key.public_key(), now)
+        _builder(ca_subject, ca_subject, ca_key.public_key(), now)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(CA_NAME)]), critical=False)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(ca_name)]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     tls_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    names = [x509.DNSName(SERVICE_DNS_NAME), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-    server_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SERVICE_DNS_NAME)])
+    names = [x509.DNSName(dns_name), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    server_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_name)])
     tls_cert = (
-        _builder(server_name, ca_name, tls_key.public_key(), now)
+        _builder(server_name, ca_subject, tls_key.public_key(), now)
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())
@@ -83,7 +88,7 @@ def start_training_operator(
     if not HARD_CODED_CERT.exists():
         _write_serving_certs(HARD_CODED_CERT.parent, certs)
     _create_namespace(cluster, OPERATOR_NAMESPACE)
-    _store_certs(cluster, certs)
+    _store_certs(cluster, OPERATOR_NAMESPACE, WEBHOOK_SECRET, certs)
     webhook_port, metrics_port, probe_port = free_port(), free_port(), free_port()
     _register_webhooks(cluster, webhook_port)
     environment = {
@@ -111,14 +116,15 @@ def start_training_operator(
         lambda: http_ok(f"http://127.0.0.1:{probe_port}/readyz", None), READY_TIMEOUT
     )
     # The webhooks are served only once the rotator has taken the certificates, after /readyz.
-    component.wait_ready(lambda: _webhooks_served(webhook_port), READY_TIMEOUT)
+    paths = tuple(f"/validate-kubeflow-org-v1-{kind}" for kind in VALIDATED_KINDS)
+    component.wait_ready(lambda: _webhooks_served(webhook_port, paths), READY_TIMEOUT)
     return component
 
 
-def _webhooks_served(port: int) -> bool:
+def _webhooks_served(port: int, paths: tuple[str, ...]) -> bool:
     context = unverified_loopback_context()
-    for kind in VALIDATED_KINDS:
-        url = f"https://127.0.0.1:{port}/validate-kubeflow-org-v1-{kind}"
+    for path in paths:
+        url = f"https://127.0.0.1:{port}{path}"
         try:
             with urllib.request.urlopen(url, context=context, timeout=5):
                 pass
@@ -128,6 +134,105 @@ def _webhooks_served(port: int) -> bool:
         except (urllib.error.URLError, ConnectionError, TimeoutError, ssl.SSLError):
             return False
     return True
+
+
+KUEUE_NAMESPACE = "kueue-system"
+KUEUE_INTEGRATIONS = ("batch/job", "kubeflow.org/pytorchjob")
+
+
+def start_kueue(cluster: KubeCluster, kueue: Path, managed_namespace: str) -> Component:
+    """Kueue's manager with its PyTorchJob webhooks (defaulting: suspend a queued job;
+    validating) for `managed_namespace`. Its internal certificate management is on, as
+    installed, with the Secret pre-filled with certificates that also name 127.0.0.1 (the
+    webhooks are reached by URL here, not through a Service)."""
+    certs = webhook_certs("kueue-ca", f"kueue-webhook-service.{KUEUE_NAMESPACE}.svc")
+    workdir = cluster.workdir / "kueue"
+    _write_serving_certs(workdir / "certs", certs)
+    _create_namespace(cluster, KUEUE_NAMESPACE)
+    _store_certs(cluster, KUEUE_NAMESPACE, "kueue-webhook-server-cert", certs)
+    webhook_port, metrics_port, probe_port = free_port(), free_port(), free_port()
+    config = workdir / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "config.kueue.x-k8s.io/v1beta1",
+                "kind": "Configuration",
+                "namespace": KUEUE_NAMESPACE,
+                "health": {"healthProbeBindAddress": f"127.0.0.1:{probe_port}"},
+                "metrics": {"bindAddress": f"127.0.0.1:{metrics_port}"},
+                "webhook": {
+                    "port": webhook_port,
+                    "host": "127.0.0.1",
+                    "certDir": str(workdir / "certs"),
+                },
+                "leaderElection": {"leaderElect": False},
+                "integrations": {"frameworks": list(KUEUE_INTEGRATIONS)},
+            }
+        )
+    )
+    _register_kueue_webhooks(cluster, webhook_port, certs.ca_cert, managed_namespace)
+    component = Component(
+        "kueue",
+        # Its visibility API server (pending workloads' positions, which distrun does not
+        # read) authenticates through in-cluster delegation, which a process outside a pod
+        # lacks.
+        [str(kueue), f"--config={config}", "--feature-gates=VisibilityOnDemand=false"],
+        cluster.workdir / "logs" / "kueue.log",
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig("admin"))},
+    )
+    cluster.components.append(component)
+    component.start()
+    component.wait_ready(
+        lambda: http_ok(f"http://127.0.0.1:{probe_port}/readyz", None), READY_TIMEOUT
+    )
+    paths = ("/mutate-kubeflow-org-v1-pytorchjob", "/validate-kubeflow-org-v1-pytorchjob")
+    component.wait_ready(lambda: _webhooks_served(webhook_port, paths), READY_TIMEOUT)
+    return component
+
+
+def _register_kueue_webhooks(
+    cluster: KubeCluster, port: int, ca_bundle: bytes, namespace: str
+) -> None:
+    def webhook(kind: str, path: str, operations: list[str]) -> dict[str, Any]:
+        return {
+            "name": f"{kind}pytorchjob.kb.io",
+            "clientConfig": {
+                "url": f"https://127.0.0.1:{port}{path}",
+                "caBundle": base64.b64encode(ca_bundle).decode(),
+            },
+            "rules": [
+                {
+                    "apiGroups": ["kubeflow.org"],
+                    "apiVersions": ["v1"],
+                    "operations": operations,
+                    "resources": ["pytorchjobs"],
+                }
+            ],
+            "namespaceSelector": {
+                "matchLabels": {"kubernetes.io/metadata.name": namespace},
+            },
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+        }
+
+    admission = kubernetes.client.AdmissionregistrationV1Api(cluster.admin)
+    admission.create_mutating_webhook_configuration(
+        {
+            "metadata": {"name": "kueue-mutating-webhook-configuration"},
+            # Defaulting on CREATE only, as Kueue's manifests register it: on UPDATE it would
+            # suspend again the job Kueue has just admitted.
+            "webhooks": [webhook("m", "/mutate-kubeflow-org-v1-pytorchjob", ["CREATE"])],
+        }
+    )
+    admission.create_validating_webhook_configuration(
+        {
+            "metadata": {"name": "kueue-validating-webhook-configuration"},
+            "webhooks": [
+                webhook("v", "/validate-kubeflow-org-v1-pytorchjob", ["CREATE", "UPDATE"])
+            ],
+        }
+    )
 
 
 def _register_webhooks(cluster: KubeCluster, port: int) -> None:
@@ -158,7 +263,7 @@ def _register_webhooks(cluster: KubeCluster, port: int) -> None:
     admission.create_validating_webhook_configuration(body)
 
 
-def _store_certs(cluster: KubeCluster, certs: WebhookCerts) -> None:
+def _store_certs(cluster: KubeCluster, namespace: str, secret: str, certs: WebhookCerts) -> None:
     data = {
         "ca.crt": certs.ca_cert,
         "ca.key": certs.ca_key,
@@ -166,10 +271,10 @@ def _store_certs(cluster: KubeCluster, certs: WebhookCerts) -> None:
         "tls.key": certs.tls_key,
     }
     body = {
-        "metadata": {"name": WEBHOOK_SECRET},
+        "metadata": {"name": secret},
         "stringData": {name: value.decode() for name, value in data.items()},
     }
-    kubernetes.client.CoreV1Api(cluster.admin).create_namespaced_secret(OPERATOR_NAMESPACE, body)
+    kubernetes.client.CoreV1Api(cluster.admin).create_namespaced_secret(namespace, body)
 
 
 def _create_namespace(cluster: KubeCluster, name: str) -> None:

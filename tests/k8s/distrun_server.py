@@ -50,7 +50,7 @@ SERVER_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "update"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
 ]
 

@@ -15,6 +15,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from distrun.core.job import JobState
+from distrun.core.logs import JobUpdate
 from distrun.core.replica_env import operator_env, service_addresses
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.kubeflow import KubeflowEngine
@@ -181,3 +182,90 @@ async def test_cancel_and_delete_leave_nothing_behind(
         ]
 
     await eventually(leftovers, lambda left: left == [], "pods, services and code to be gone")
+
+
+async def test_kueue_runs_a_second_job_only_after_the_first_ends_and_says_why_it_waits(
+    kube_admin: Any, operator_namespace: str, kueue_queue: str
+) -> None:
+    """The real Kueue (webhooks and controllers) and the real operator: a ClusterQueue with
+    CPU for one job; the second waits, in words, and runs by itself once the first ends."""
+    engine = KubeflowEngine(
+        api_client=kube_admin, namespace=operator_namespace, queue_system="kueue",
+        default_queue=kueue_queue,
+    )  # fmt: skip
+    one_cpu_each = {"master": {"replicas": 1, "resources": {"cpu": "1"}},
+                    "worker": {"replicas": 1, "resources": {"cpu": "1"}}}  # fmt: skip
+    job_spec = JobSpec.from_dict(
+        {"framework": "pytorch", "code": "print(1)", "roles": one_cpu_each}
+    )
+    core = client.CoreV1Api(kube_admin)
+    try:
+        first = await engine.submit(job_spec, "alice")
+        try:
+            first_pods = await eventually(
+                lambda: job_pods(kube_admin, operator_namespace, first.id),
+                lambda found: len(found) == 2,
+                "Kueue to admit the first job and the operator to make its pods",
+            )
+        except AssertionError as error:
+            state = await kueue_state(kube_admin, operator_namespace)
+            raise AssertionError(f"{error}\n{state}") from None
+        second = await engine.submit(job_spec, "alice")
+        waiting = await eventually(
+            lambda: engine.get_job(second.id, "alice"),
+            lambda j: "insufficient" in (j.reason or ""),
+            "the second job to say why it waits",
+        )
+        assert waiting.state == JobState.PENDING
+        assert waiting.reason is not None
+        assert waiting.reason.startswith(f"waiting in Kueue LocalQueue {kueue_queue}: ")
+        assert "cpu" in waiting.reason
+        assert await job_pods(kube_admin, operator_namespace, second.id) == {}
+
+        followed = asyncio.create_task(follow_to_the_end(engine, second.id))
+        for pod in first_pods.values():
+            patch = {"metadata": {"annotations": {EXIT_ANNOTATION: "0"}}}
+            await core.patch_namespaced_pod(pod.metadata.name, operator_namespace, patch)
+        second_pods = await eventually(
+            lambda: job_pods(kube_admin, operator_namespace, second.id),
+            lambda found: len(found) == 2,
+            "Kueue to admit the second job once the first ended",
+        )
+        assert (await engine.get_job(first.id, "alice")).state == JobState.SUCCEEDED
+        for pod in second_pods.values():
+            patch = {"metadata": {"annotations": {EXIT_ANNOTATION: "0"}}}
+            await core.patch_namespaced_pod(pod.metadata.name, operator_namespace, patch)
+        assert (await asyncio.wait_for(followed, WAIT)) == JobState.SUCCEEDED
+    finally:
+        await engine.close()
+
+
+async def follow_to_the_end(engine: KubeflowEngine, job_id: str) -> JobState:
+    """The state a follower of the job last sees, started while the job waits in the queue."""
+    state = JobState.PENDING
+    async for event in engine.follow(job_id, "alice"):
+        if isinstance(event, JobUpdate):
+            state = event.job.state
+    return state
+
+
+async def kueue_state(api: Any, namespace: str) -> str:
+    """Kueue's objects as the API server has them, for a failure's message."""
+    custom = client.CustomObjectsApi(api)
+    workloads = await custom.list_namespaced_custom_object(
+        "kueue.x-k8s.io", "v1beta1", namespace, "workloads"
+    )
+    queues = await custom.list_cluster_custom_object("kueue.x-k8s.io", "v1beta1", "clusterqueues")
+    jobs = await custom.list_namespaced_custom_object(
+        "kubeflow.org", "v1", namespace, "pytorchjobs"
+    )
+    return repr(
+        {
+            "jobs": [
+                (j["spec"]["runPolicy"], j["metadata"].get("labels"), j.get("status"))
+                for j in jobs["items"]
+            ],
+            "workloads": [w.get("status") for w in workloads["items"]],
+            "clusterqueues": [q.get("status") for q in queues["items"]],
+        }
+    )

@@ -100,6 +100,7 @@ class Resource:
     plural: str
 
 
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 PODS = Resource("", "v1", "pods")
 CONFIGMAPS = Resource("", "v1", "configmaps")
 EVENTS = Resource("", "v1", "events")
@@ -141,6 +142,23 @@ class KubeApi:
         """The list object: `items` and `metadata.resourceVersion`."""
         kwargs = {"label_selector": selector}
         return await self._call(what, self._method(res, "list"), namespace, **kwargs)
+
+    async def list_metadata(self, res: Resource, namespace: str, selector: str, what: str) -> Obj:
+        """The objects' metadata only (a PartialObjectMetadataList): names, labels, annotations,
+        none of their data. Core resources only."""
+        assert res.group == "", "metadata lists are used for core resources"
+
+        async def call(**kwargs: Any) -> Any:
+            return await self.api_client.call_api(
+                f"/api/{res.version}/namespaces/{namespace}/{res.plural}",
+                "GET",
+                query_params=[("labelSelector", selector)],
+                header_params={"Accept": METADATA_LIST},
+                auth_settings=["BearerToken"],
+                **kwargs,
+            )
+
+        return await self._call(what, call)
 
     async def list_events(self, namespace: str, field_selector: str, what: str) -> Obj:
         method = self.core.list_namespaced_event

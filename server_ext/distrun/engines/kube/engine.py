@@ -423,6 +423,14 @@ class KubeEngine:
         return namespace
 
     async def _check_unfinished(self, api: KubeApi, namespace: str, owner: str) -> None:
+        """Refuses a job beyond the user's limit of unfinished ones. Every job has a code
+        ConfigMap: while the user has fewer jobs than the limit in all, one list of their
+        metadata decides (no list per job kind)."""
+        maps = await api.list_metadata(
+            CONFIGMAPS, namespace, owner_selector(owner), "count your jobs"
+        )
+        if sum(_owner(m) == owner for m in maps.get("items") or []) < self.limits.max_jobs_per_user:
+            return
         objects = await self._list_objects(api, namespace, owner_selector(owner))
         unfinished = [
             obj
