@@ -90,6 +90,24 @@ def container_env(pod: Any, container: str, pod_ip: str) -> dict[str, str]:
     return env
 
 
+async def end_pods(
+    core: Any, namespace: str, pods: dict[str, Any], exits: dict[str, str] | None = None
+) -> None:
+    """Has kwok end each replica's container with its exit code (default 0). A pod already
+    gone is fine: once the job has ended, the operator deletes the pods still running
+    (cleanPodPolicy Running). Failing replicas end first: a PyTorchJob succeeds as soon as
+    its master does."""
+    codes = {replica: (exits or {}).get(replica, "0") for replica in pods}
+    for replica in sorted(pods, key=lambda name: codes[name] == "0"):
+        pod = pods[replica]
+        patch = {"metadata": {"annotations": {EXIT_ANNOTATION: codes[replica]}}}
+        try:
+            await core.patch_namespaced_pod(pod.metadata.name, namespace, patch)
+        except client.exceptions.ApiException as error:
+            if error.status != 404:
+                raise
+
+
 def field_value(pod: Any, path: str, pod_ip: str) -> str:
     """What the kubelet gives a variable taken from the pod's own fields."""
     if path == "status.podIP":
@@ -137,10 +155,7 @@ async def test_a_job_succeeds_when_its_pods_succeed_and_fails_naming_the_replica
             lambda found: len(found) == 3,
             "the operator's pods",
         )
-        for replica, pod in pods.items():
-            code = exits.get(replica, "0")
-            patch = {"metadata": {"annotations": {EXIT_ANNOTATION: code}}}
-            await core.patch_namespaced_pod(pod.metadata.name, operator_namespace, patch)
+        await end_pods(core, operator_namespace, pods, exits)
     succeeded = await eventually(
         lambda: engine.get_job(good.id, "alice"),
         lambda j: j.state.terminal,
@@ -223,18 +238,14 @@ async def test_kueue_runs_a_second_job_only_after_the_first_ends_and_says_why_it
         assert await job_pods(kube_admin, operator_namespace, second.id) == {}
 
         followed = asyncio.create_task(follow_to_the_end(engine, second.id))
-        for pod in first_pods.values():
-            patch = {"metadata": {"annotations": {EXIT_ANNOTATION: "0"}}}
-            await core.patch_namespaced_pod(pod.metadata.name, operator_namespace, patch)
+        await end_pods(core, operator_namespace, first_pods)
         second_pods = await eventually(
             lambda: job_pods(kube_admin, operator_namespace, second.id),
             lambda found: len(found) == 2,
             "Kueue to admit the second job once the first ended",
         )
         assert (await engine.get_job(first.id, "alice")).state == JobState.SUCCEEDED
-        for pod in second_pods.values():
-            patch = {"metadata": {"annotations": {EXIT_ANNOTATION: "0"}}}
-            await core.patch_namespaced_pod(pod.metadata.name, operator_namespace, patch)
+        await end_pods(core, operator_namespace, second_pods)
         assert (await asyncio.wait_for(followed, WAIT)) == JobState.SUCCEEDED
     finally:
         await engine.close()
