@@ -1,6 +1,9 @@
 """Kubernetes engines against the test tier's real control plane (etcd, kube-apiserver, kwok):
 
 1. API calls per submission, get, list, cancel, for each engine (a counting ApiClient);
+   a submission took 8 calls on the Kubeflow engine before 2026-11-24 (a list per job kind);
+1b. job creation to every pod Running with the REAL Training Operator v1.9.4 reconciling the
+   job, against the same number of pods created directly (the floor: scheduler + kwok);
 2. time from job creation to the first log line through `engine.follow`, with the pods created
    the way the operator would (no operator runs here) 0.5 s after the job, starting Pending;
 3. log latency with 8 replicas side by side, all reading the same pods at once: a line appended
@@ -38,6 +41,7 @@ sys.path.insert(0, str(REPO))
 from kubernetes_asyncio import client, config
 from tests.k8s.binaries import ensure_all
 from tests.k8s.cluster import KubeCluster
+from tests.k8s.controllers import start_training_operator
 
 from distrun.core.logs import LogBatch
 from distrun.core.spec import JobSpec
@@ -281,6 +285,74 @@ class Tools:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
+OPERATOR_ROUNDS = 7
+OPERATOR_REPLICAS = 4  # master + 3 workers
+
+
+async def all_running(core: Any, namespace: str, selector: str, count: int) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        pods = (await core.list_namespaced_pod(namespace, label_selector=selector)).items
+        if len(pods) == count and all(p.status.phase == "Running" for p in pods):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{count} pods of {selector} never all ran")
+        await asyncio.sleep(0.02)
+
+
+def direct_pod(name: str, round_label: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"bench-round": round_label}},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "pytorch", "image": "registry.invalid/x:1"}],
+        },
+    }
+
+
+async def creation_to_running(cluster: KubeCluster, admin: Any) -> None:
+    """Submit -> every pod Running, through the real operator, beside the same pods made
+    directly (medians of OPERATOR_ROUNDS, one after the other in this run)."""
+    namespace = "bench-operator"
+    cluster.create_namespace(namespace)
+    start_training_operator(cluster, cluster.binaries.training_operator, namespace)
+    engine = KubeflowEngine(api_client=admin, namespace=namespace)
+    core = client.CoreV1Api(admin)
+    with_operator, direct = [], []
+    for round_index in range(OPERATOR_ROUNDS):
+        started = time.monotonic()
+        job = await engine.submit(spec(OPERATOR_REPLICAS - 1), "alice")
+        await all_running(
+            core, namespace, f"training.kubeflow.org/job-name={job.id}", OPERATOR_REPLICAS
+        )
+        with_operator.append(time.monotonic() - started)
+        label = f"r{round_index}"
+        started = time.monotonic()
+        for index in range(OPERATOR_REPLICAS):
+            await core.create_namespaced_pod(
+                namespace, direct_pod(f"direct-{label}-{index}", label)
+            )
+        await all_running(core, namespace, f"bench-round={label}", OPERATOR_REPLICAS)
+        direct.append(time.monotonic() - started)
+        await engine.delete(job.id, "alice")
+    operator_median, direct_median = statistics.median(with_operator), statistics.median(direct)
+    print(
+        f"\n## Job creation to all {OPERATOR_REPLICAS} pods Running (median of {OPERATOR_ROUNDS})"
+    )
+    print(
+        f"real Training Operator + kwok: {operator_median * 1000:7.0f} ms "
+        f"(min {min(with_operator) * 1000:.0f}, max {max(with_operator) * 1000:.0f})"
+    )
+    print(
+        f"the same pods created directly: {direct_median * 1000:6.0f} ms "
+        f"(min {min(direct) * 1000:.0f}, max {max(direct) * 1000:.0f})"
+    )
+    print(f"ratio: {operator_median / direct_median:.2f}x")
+    await engine.close()
+
+
 async def wait_running(core: Any, namespace: str, pods: list[str]) -> None:
     deadline = time.monotonic() + 60
     for pod in pods:
@@ -421,6 +493,7 @@ async def main() -> None:
                 "volcano": VolcanoEngine(api_client=api, namespace="bench"),
             }
             await count_calls(api, engines)
+            await creation_to_running(cluster, api)
             await first_line_and_latency(cluster, api, "bench")
             await late_and_pending_pods(cluster, api, "bench")
         finally:
