@@ -171,6 +171,12 @@ async def test_a_job_succeeds_when_its_pods_succeed_and_fails_naming_the_replica
     assert failed.failed_replica == "worker-1"
     worker = next(r for r in failed.replicas if r.name == "worker-1")
     assert worker.exit_code == 3
+    # The operator removes what still runs when the job fails: no replica waits for a pod.
+    await eventually(
+        lambda: engine.get_job(bad.id, "alice"),
+        lambda j: all(r.state.terminal for r in j.replicas),
+        "every replica of the failed job to have ended",
+    )
 
 
 async def test_cancel_and_delete_leave_nothing_behind(

@@ -93,7 +93,11 @@ def test_describe_names_the_failed_replica_with_its_exit_code_and_message() -> N
     job = describe("kubeflow", obj, stored_spec(obj), {"worker-0": failed}, Phase(JobState.FAILED))
     assert job.failed_replica == "worker-0"
     assert job.reason == "worker-0 exited with code 3: CUDA OOM"
-    assert job.replicas[0].reason == "no pod yet"
+    # master-0's pod is gone: the operator stops the replicas still running when a job ends.
+    assert job.replicas[0].state == JobState.CANCELLED
+    assert job.replicas[0].reason == "stopped when the job ended (the controller removed its pod)"
+    running = describe("kubeflow", obj, stored_spec(obj), {}, Phase(None))
+    assert running.replicas[0].reason == "no pod yet"  # an unfinished job's pods may still come
 
 
 def test_pending_reason_comes_from_the_scheduler_or_the_waiting_container() -> None:

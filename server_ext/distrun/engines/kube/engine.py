@@ -66,6 +66,7 @@ from distrun.engines.protocol import EngineInfo
 
 log = logging.getLogger(__name__)
 CANCELLED_REASON = "cancelled by the user"
+REMOVED_REASON = "stopped when the job ended (the controller removed its pod)"
 # A stored spec is checked by the rules of a new one, not by this server's size limits (which
 # may have changed since it was submitted).
 _STORED_SPEC_LIMITS = Limits(
@@ -822,6 +823,8 @@ def describe(engine: str, obj: Obj, spec: JobSpec, pods: dict[str, Obj], phase: 
         )
     if meta.get("deletionTimestamp") and not state.terminal:
         state, reason = JobState.CANCELLED, CANCELLED_REASON
+    if state.terminal:
+        _mark_removed(replicas, pods)
     failed = next((r for r in replicas if r.state == JobState.FAILED), None)
     if state == JobState.PENDING and reason is None:
         reason = pending_reason(replicas) or "waiting for the controller to create the pods"
@@ -848,6 +851,16 @@ def describe(engine: str, obj: Obj, spec: JobSpec, pods: dict[str, Obj], phase: 
         reason=reason,
         failed_replica=failed.name if failed is not None and state == JobState.FAILED else None,
     )
+
+
+def _mark_removed(replicas: list[ReplicaStatus], pods: dict[str, Obj]) -> None:
+    """A replica of an ended job with no pod was stopped with it: the controller removes the
+    pods still running when a job ends (cleanPodPolicy Running, Volcano's CompleteJob). Not
+    "no pod yet": no pod is coming."""
+    for replica in replicas:
+        if replica.name not in pods and replica.state == JobState.PENDING:
+            replica.state = JobState.CANCELLED
+            replica.reason = REMOVED_REASON
 
 
 def replica_status(name: str, pod: Obj | None) -> ReplicaStatus:
