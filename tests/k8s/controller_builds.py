@@ -10,6 +10,7 @@ missing ones two at a time. Run `python -m tests.k8s.controller_builds` to warm 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 import shutil
@@ -57,6 +58,12 @@ class ManifestSource:
     module: str
     version: str
     patterns: tuple[str, ...]  # globs inside the module
+
+    @property
+    def output(self) -> str:
+        """The cache's directory for these patterns: a changed list is copied afresh."""
+        digest = hashlib.sha256("\n".join(self.patterns).encode()).hexdigest()[:12]
+        return f"manifests-{digest}"
 
 
 MANIFEST_SOURCES = {
@@ -241,7 +248,7 @@ def ensure_manifests(source: ManifestSource, report: Report = report_to_stderr) 
         copy,
         (INDEX,),
         report=report,
-        output="manifests",
+        output=source.output,
     )
 
 
