@@ -71,6 +71,9 @@ TRAINER_RUNTIMES = "manifests/base/runtimes/"
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_SERVICE = "kueue-webhook-service"
 KUEUE_SECRET = "kueue-webhook-server-cert"
+# Kueue v0.14's default `integrations.frameworks` is batch/job alone: the kinds distrun queues
+# must be named.
+KUEUE_FRAMEWORKS = ("batch/job", "kubeflow.org/pytorchjob", "trainer.kubeflow.org/trainjob")
 
 READY_SECONDS: dict[str, float] = {}  # how long each controller started here took to be ready
 
@@ -559,10 +562,14 @@ def apply_runtimes(cluster: KubeCluster, manifests: Manifests) -> None:
 # -- Kueue -------------------------------------------------------------------------------------
 
 
-def start_kueue(cluster: KubeCluster, binaries: ControllerBinaries) -> Component:
-    """Kueue's manager with every webhook its manifests register, cluster-wide, its default
-    integrations (batch/job among them). Its internal certificate management stays on, as
-    installed, handed a Secret it accepts and keeps (also naming 127.0.0.1)."""
+def start_kueue(
+    cluster: KubeCluster,
+    binaries: ControllerBinaries,
+    frameworks: tuple[str, ...] = KUEUE_FRAMEWORKS,
+) -> Component:
+    """Kueue's manager with every webhook its manifests register, cluster-wide, managing the
+    jobs of `frameworks` that carry a queue label. Its internal certificate management stays
+    on, as installed, handed a Secret it accepts and keeps (also naming 127.0.0.1)."""
     manifests = binaries.kueue_manifests
     apply_crds(cluster, manifests.crds("config/components/crd/"))
     ensure_namespace(cluster, KUEUE_NAMESPACE)
@@ -586,6 +593,7 @@ def start_kueue(cluster: KubeCluster, binaries: ControllerBinaries) -> Component
             "metrics": {"bindAddress": f"127.0.0.1:{metrics_port}"},
             "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(cert_dir)},
             "leaderElection": {"leaderElect": False},
+            "integrations": {"frameworks": list(frameworks)},
             "internalCertManagement": {
                 "enable": True,
                 "webhookServiceName": KUEUE_SERVICE,
@@ -593,10 +601,13 @@ def start_kueue(cluster: KubeCluster, binaries: ControllerBinaries) -> Component
             },
         },
     )
-    # Its own kinds' and batch/job's webhooks; those of integrations whose CRDs are missing
-    # are not served.
+    # Its own kinds' webhooks and those of `frameworks` (named by their kinds); other
+    # integrations' are served only when their CRDs exist.
+    kinds = "|".join(framework.rsplit("/", 1)[1] for framework in frameworks)
     paths = [
-        p for p in webhook_paths(configurations) if re.search("kueue-x-k8s-io|batch-v1-job", p)
+        path
+        for path in webhook_paths(configurations)
+        if re.search(f"kueue-x-k8s-io|-({kinds})$", path)
     ]
     return start(
         cluster,

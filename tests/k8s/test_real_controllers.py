@@ -139,16 +139,10 @@ def test_the_training_operator_makes_a_pod_per_pytorch_replica(
     controllers_cluster: KubeCluster, training_operator_namespace: str
 ) -> None:
     namespace = training_operator_namespace
-    pytorch = {**container(), "name": "pytorch"}  # the container name the operator requires
-    replica = {"replicas": 1, "template": {"spec": {"containers": [pytorch]}}}
-    job = {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": "pt"},
-        "spec": {"pytorchReplicaSpecs": {"Master": replica, "Worker": replica}},
-    }
     api = custom(controllers_cluster)
-    api.create_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs", job)
+    api.create_namespaced_custom_object(
+        "kubeflow.org", "v1", namespace, "pytorchjobs", pytorch_job("pt")
+    )
     found = eventually(
         lambda: pods(controllers_cluster, namespace, "training.kubeflow.org/job-name=pt"),
         lambda found: running(found, 2),
@@ -232,18 +226,9 @@ def test_volcano_gang_schedules_a_job_of_min_available_two(
 def test_trainer_runs_a_trainjob_on_the_torch_runtime_through_jobset(
     controllers_cluster: KubeCluster, trainer: None, namespace: str
 ) -> None:
-    job = {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": "tj"},
-        "spec": {
-            "runtimeRef": {"name": "torch-distributed"},
-            "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": {"cpu": "1"}}},
-        },
-    }
     api = custom(controllers_cluster)
     api.create_namespaced_custom_object(
-        "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", job
+        "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", train_job("tj")
     )
     jobset = eventually(
         lambda: api.list_namespaced_custom_object(
@@ -387,3 +372,82 @@ def test_kueue_keeps_a_job_that_does_not_fit_suspended_and_says_why(
     show("pending Workload status", workload["status"])
     assert suspended(batch.read_namespaced_job("too-big", namespace)) is True
     assert pods(controllers_cluster, namespace, "batch.kubernetes.io/job-name=too-big") == []
+
+
+def pytorch_job(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    pytorch = {**container(), "name": "pytorch"}  # the container name the operator requires
+    replica = {"replicas": 1, "template": {"spec": {"containers": [pytorch]}}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"pytorchReplicaSpecs": {"Master": replica, "Worker": replica}},
+    }
+
+
+def train_job(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": {"cpu": "1"}}},
+        },
+    }
+
+
+def test_kueue_holds_a_queued_pytorchjob_until_admitted_then_the_operator_runs_it(
+    controllers_cluster: KubeCluster, kueue: None, training_operator_namespace: str
+) -> None:
+    namespace = training_operator_namespace
+    queue = make_queues(controllers_cluster, namespace, cpu="4")
+    api = custom(controllers_cluster)
+    created = api.create_namespaced_custom_object(
+        "kubeflow.org", "v1", namespace, "pytorchjobs",
+        pytorch_job("queued", {QUEUE_LABEL: queue}),
+    )  # fmt: skip
+    assert created["spec"]["runPolicy"]["suspend"] is True  # Kueue's webhook
+    workload = eventually(
+        lambda: workload_of(controllers_cluster, namespace, "queued"),
+        lambda w: (condition(w, "Admitted") or {}).get("status") == "True",
+        "Kueue to admit the PyTorchJob",
+    )
+    assert workload is not None
+    show(
+        "admitted PyTorchJob Workload", {"name": workload["metadata"]["name"], **workload["status"]}
+    )
+    found = eventually(
+        lambda: pods(controllers_cluster, namespace, "training.kubeflow.org/job-name=queued"),
+        lambda found: running(found, 2),
+        "the operator's pods once Kueue admitted the job",
+    )
+    show("Kueue-admitted PyTorchJob pod labels", [pod.metadata.labels for pod in found])
+    job = api.get_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs", "queued")
+    show("Kueue-admitted PyTorchJob status", job.get("status"))
+    api.delete_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs", "queued")
+
+
+def test_kueue_holds_a_queued_trainjob_until_admitted_then_trainer_runs_it(
+    controllers_cluster: KubeCluster, kueue: None, trainer: None, namespace: str
+) -> None:
+    queue = make_queues(controllers_cluster, namespace, cpu="4")
+    api = custom(controllers_cluster)
+    created = api.create_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs",
+        train_job("queued", {QUEUE_LABEL: queue}),
+    )  # fmt: skip
+    assert created["spec"]["suspend"] is True  # Kueue's webhook
+    workload = eventually(
+        lambda: workload_of(controllers_cluster, namespace, "queued"),
+        lambda w: (condition(w, "Admitted") or {}).get("status") == "True",
+        "Kueue to admit the TrainJob",
+    )
+    assert workload is not None
+    show("admitted TrainJob Workload", {"name": workload["metadata"]["name"], **workload["status"]})
+    found = eventually(
+        lambda: pods(controllers_cluster, namespace, "jobset.sigs.k8s.io/jobset-name=queued"),
+        lambda found: running(found, 2),
+        "the TrainJob's pods once Kueue admitted it",
+    )
+    show("Kueue-admitted TrainJob pod labels", [pod.metadata.labels for pod in found])
