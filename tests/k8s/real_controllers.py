@@ -11,7 +11,9 @@ running `KubeCluster` as an operator would install it, and reconciling every nam
 Webhooks are registered from the upstream manifests with `clientConfig.url` (127.0.0.1; no
 Service or DNS here) and a CA of our own: certificate managers are either off ("certificates
 provided externally", as with cert-manager) or handed a Secret they accept and keep.
-Each `start_*` returns once the controller is ready; `KubeCluster.stop` stops them.
+Each `start_*` returns once the controller is ready; `KubeCluster.stop` stops them. Their
+webhook configurations stay registered (most with `failurePolicy: Fail`, Kueue's and JobSet's
+covering pods): stop a controller only with its cluster.
 """
 
 from __future__ import annotations
