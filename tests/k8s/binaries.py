@@ -212,32 +212,31 @@ def ensure_kwok(report: Report = report_to_stderr) -> Path:
 
 def ensure_training_operator(report: Report = report_to_stderr) -> Path:
     """The Kubeflow Training Operator's controller manager (`training-operator.v1`)."""
-
-    def build(src: Path, out: Path) -> None:
-        write_go_mod(src, require={}, replace={})
-        # `go get` of the command's package, not the module root: the root alone leaves go.sum
-        # without the command's dependencies.
-        run_go(["go", "get", f"{TRAINING_OPERATOR_PACKAGE}@{TRAINING_OPERATOR_VERSION}"], src)
-        go_build(src, str(out / "training-operator"), [TRAINING_OPERATOR_PACKAGE], [])
-
-    return ensure_component(
+    return ensure_go_command(
         "training-operator",
         TRAINING_OPERATOR_VERSION,
-        build,
-        ("training-operator",),
-        report=report,
+        TRAINING_OPERATOR_PACKAGE,
+        "training-operator",
+        report,
     )
 
 
 def ensure_kueue(report: Report = report_to_stderr) -> Path:
     """Kueue's controller manager (`cmd/kueue`; its webhooks are served by the same binary)."""
+    return ensure_go_command("kueue", KUEUE_VERSION, KUEUE_PACKAGE, "kueue", report)
+
+
+def ensure_go_command(name: str, version: str, package: str, product: str, report: Report) -> Path:
+    """A module's command, built from `go get` of its package at `version`."""
 
     def build(src: Path, out: Path) -> None:
         write_go_mod(src, require={}, replace={})
-        run_go(["go", "get", f"{KUEUE_PACKAGE}@{KUEUE_VERSION}"], src)
-        go_build(src, str(out / "kueue"), [KUEUE_PACKAGE], [])
+        # `go get` of the command's package, not the module root: the root alone leaves go.sum
+        # without the command's dependencies.
+        run_go(["go", "get", f"{package}@{version}"], src)
+        go_build(src, str(out / product), [package], [])
 
-    return ensure_component("kueue", KUEUE_VERSION, build, ("kueue",), report=report)
+    return ensure_component(name, version, build, (product,), report=report)
 
 
 def ensure_crds(source: CrdSource, report: Report = report_to_stderr) -> Path:

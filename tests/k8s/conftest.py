@@ -22,6 +22,7 @@ import pytest
 
 from .binaries import Binaries, BuildError, ensure_all
 from .cluster import KubeCluster
+from .controller_builds import ControllerBinaries, ensure_controllers
 from .controllers import start_kueue, start_training_operator
 from .distrun_server import (
     DistrunServer,
@@ -30,6 +31,7 @@ from .distrun_server import (
     prepare_server_identity,
     running,
 )
+from .real_controllers import start_job_controller
 
 SKIP_REASON = (
     "\n\n    !!! Kubernetes tier SKIPPED because DISTRUN_SKIP_K8S=1: no real kube-apiserver, "
@@ -42,6 +44,7 @@ class Build:
 
     binaries: Binaries | None = None
     error: BuildError | None = None
+    controllers: ControllerBinaries | None = None  # only when a test asks for them
 
 
 def skipping() -> bool:
@@ -53,10 +56,10 @@ def pytest_report_header() -> str | None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    needs_cluster = any(
-        "kube_cluster" in getattr(item, "fixturenames", ()) for item in session.items
-    )
-    if skipping() or not needs_cluster:
+    def needed(fixture: str) -> bool:
+        return any(fixture in getattr(item, "fixturenames", ()) for item in session.items)
+
+    if skipping() or not (needed("kube_cluster") or needed("controllers_cluster")):
         return
     terminal = session.config.pluginmanager.get_plugin("terminalreporter")
 
@@ -66,6 +69,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
     try:
         Build.binaries = ensure_all(report)
+        if needed("controller_binaries"):
+            Build.controllers = ensure_controllers(report)
     except BuildError as error:  # raised again by the fixture: a test error, not a crash
         Build.error = error
 
@@ -78,6 +83,26 @@ def kube_cluster() -> Iterator[KubeCluster]:
     if Build.error is not None:
         raise Build.error
     with KubeCluster(Build.binaries or ensure_all()) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def controller_binaries() -> ControllerBinaries:
+    """The real controllers and their manifests (controller_builds.py)."""
+    if skipping():
+        pytest.skip(SKIP_REASON)
+    if Build.error is not None:
+        raise Build.error
+    return Build.controllers or ensure_controllers()
+
+
+@pytest.fixture(scope="session")
+def controllers_cluster(controller_binaries: ControllerBinaries) -> Iterator[KubeCluster]:
+    """A cluster of its own where real controllers run cluster-wide (tests start those they
+    need, with real_controllers.py), with kube-controller-manager's job controller. Not the
+    tier's `kube_cluster`, where operator_sim.py makes the operators' pods by hand."""
+    with KubeCluster(Build.binaries or ensure_all()) as cluster:
+        start_job_controller(cluster, cluster.binaries.kube_controller_manager)
         yield cluster
 
 

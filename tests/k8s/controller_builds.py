@@ -1,0 +1,274 @@
+"""Build (once) and cache the real job controllers and the manifests they need, as binaries.py
+does for the control plane: a throwaway Go module per component under
+`${DISTRUN_CACHE:-~/.cache/distrun}/k8s/<component>-<version>/`, a file lock per component,
+and a finished `bin/` (or `manifests/`) directory that appears by an atomic rename.
+
+Each component has its own module directory and lock, so `ensure_controllers` builds the
+missing ones two at a time. Run `python -m tests.k8s.controller_builds` to warm the cache.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+import shutil
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .binaries import (
+    KUEUE_VERSION,
+    YAML_LOADER,
+    BuildError,
+    Report,
+    ensure_component,
+    ensure_go_command,
+    ensure_kueue,
+    ensure_training_operator,
+    go_build,
+    go_mod_download,
+    report_to_stderr,
+    write_go_mod,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+VOLCANO_MODULE, VOLCANO_VERSION = "volcano.sh/volcano", "v1.15.1"
+VOLCANO_COMMANDS = ("scheduler", "controller-manager", "webhook-manager")
+# The module zip lacks Volcano's nested `volcano.sh/apis` module and the proxy does not serve
+# v1.15.x of it: a copy of it sits beside the project (see its SOURCES.md).
+VOLCANO_APIS = REPO_ROOT.parent / "shared" / "third_party" / "volcano-apis-v1.15.1"
+
+TRAINER_MODULE, TRAINER_VERSION = "github.com/kubeflow/trainer/v2", "v2.3.0"
+TRAINER_PACKAGE = f"{TRAINER_MODULE}/cmd/trainer-controller-manager"
+JOBSET_MODULE, JOBSET_VERSION = "sigs.k8s.io/jobset", "v0.12.0"  # what Trainer v2.3.0 requires
+KUEUE_MODULE = "sigs.k8s.io/kueue"
+
+INDEX = "index.json"  # a manifests directory's list of files, written last
+
+
+@dataclass(frozen=True)
+class ManifestSource:
+    name: str  # cache directory: <name>-manifests-<version>
+    module: str
+    version: str
+    patterns: tuple[str, ...]  # globs inside the module
+
+    @property
+    def output(self) -> str:
+        """The cache's directory for these patterns: a changed list is copied afresh."""
+        digest = hashlib.sha256("\n".join(self.patterns).encode()).hexdigest()[:12]
+        return f"manifests-{digest}"
+
+
+MANIFEST_SOURCES = {
+    "volcano": ManifestSource(
+        "volcano",
+        VOLCANO_MODULE,
+        VOLCANO_VERSION,
+        (
+            "config/crd/volcano/bases/*.yaml",
+            "config/crd/jobflow/bases/*.yaml",
+            "installer/helm/chart/volcano/config/volcano-scheduler.conf",
+            "installer/helm/chart/volcano/config/volcano-admission.conf",
+            # Its admission webhooks exist only as this Helm template.
+            "installer/helm/chart/volcano/templates/webhooks.yaml",
+        ),
+    ),
+    "trainer": ManifestSource(
+        "trainer",
+        TRAINER_MODULE,
+        TRAINER_VERSION,
+        (
+            "manifests/base/crds/*.yaml",
+            "manifests/base/runtimes/*.yaml",
+            "manifests/base/webhook/manifests.yaml",
+        ),
+    ),
+    "jobset": ManifestSource(
+        "jobset",
+        JOBSET_MODULE,
+        JOBSET_VERSION,
+        ("config/components/crd/bases/*.yaml", "config/components/webhook/manifests.yaml"),
+    ),
+    "kueue": ManifestSource(
+        "kueue",
+        KUEUE_MODULE,
+        KUEUE_VERSION,
+        ("config/components/crd/bases/*.yaml", "config/components/webhook/manifests.yaml"),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Manifests:
+    """Files copied from a module, by their path inside it; YAML also parsed, as JSON."""
+
+    directory: Path
+
+    def files(self) -> list[str]:
+        listed: list[str] = json.loads((self.directory / INDEX).read_text())
+        return listed
+
+    def path(self, name: str) -> Path:
+        return self.directory / name
+
+    def documents(self, name: str) -> list[dict[str, Any]]:
+        """The YAML documents of `name`, parsed once at build time (pure-Python YAML is slow)."""
+        parsed: list[dict[str, Any]] = json.loads((self.directory / f"{name}.json").read_text())
+        return parsed
+
+    def crds(self, prefix: str) -> list[dict[str, Any]]:
+        """Every CustomResourceDefinition in the files under `prefix`."""
+        return [
+            document
+            for name in self.files()
+            if name.startswith(prefix) and name.endswith(".yaml")
+            for document in self.documents(name)
+            if document.get("kind") == "CustomResourceDefinition"
+        ]
+
+
+@dataclass(frozen=True)
+class ControllerBinaries:
+    training_operator: Path
+    volcano_scheduler: Path
+    volcano_controller_manager: Path
+    volcano_webhook_manager: Path
+    trainer: Path
+    jobset: Path
+    kueue: Path
+    volcano_manifests: Manifests
+    trainer_manifests: Manifests
+    jobset_manifests: Manifests
+    kueue_manifests: Manifests
+
+
+def ensure_controllers(report: Report = report_to_stderr, workers: int = 2) -> ControllerBinaries:
+    """Every controller and its manifests, building what the cache lacks `workers` at a time."""
+    steps: dict[str, Callable[[], Path]] = {
+        "training_operator": lambda: ensure_training_operator(report=report),
+        "volcano": lambda: ensure_volcano(report=report),
+        "trainer": lambda: ensure_trainer(report=report),
+        "jobset": lambda: ensure_jobset(report=report),
+        "kueue": lambda: ensure_kueue(report=report),
+        **{
+            f"{name}_manifests": functools.partial(ensure_manifests, source, report=report)
+            for name, source in MANIFEST_SOURCES.items()
+        },
+    }
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {name: pool.submit(step) for name, step in steps.items()}
+        done = {name: future.result() for name, future in futures.items()}
+    volcano = done["volcano"]
+    return ControllerBinaries(
+        training_operator=done["training_operator"] / "training-operator",
+        volcano_scheduler=volcano / "vc-scheduler",
+        volcano_controller_manager=volcano / "vc-controller-manager",
+        volcano_webhook_manager=volcano / "vc-webhook-manager",
+        trainer=done["trainer"] / "trainer-controller-manager",
+        jobset=done["jobset"] / "jobset-controller",
+        kueue=done["kueue"] / "kueue",
+        **{f"{name}_manifests": Manifests(done[f"{name}_manifests"]) for name in MANIFEST_SOURCES},
+    )
+
+
+def ensure_volcano(report: Report = report_to_stderr) -> Path:
+    """Volcano's scheduler, controller-manager and admission webhook server (`vc-*`)."""
+    products = tuple(f"vc-{command}" for command in VOLCANO_COMMANDS)
+
+    def build(src: Path, out: Path) -> None:
+        if not (VOLCANO_APIS / "go.mod").is_file():
+            raise BuildError(
+                f"building Volcano {VOLCANO_VERSION} needs its `volcano.sh/apis` module at "
+                f"{VOLCANO_APIS} (the module zip lacks it and the proxy does not serve it); "
+                "see ../shared/third_party/SOURCES.md"
+            )
+        write_go_mod(src, require={}, replace={})
+        module_dir = Path(go_mod_download(VOLCANO_MODULE, VOLCANO_VERSION, src)["Dir"])
+        replace = volcano_replacements((module_dir / "go.mod").read_text(), VOLCANO_APIS)
+        write_raw_go_mod(src, {VOLCANO_MODULE: VOLCANO_VERSION}, replace)
+        for command, product in zip(VOLCANO_COMMANDS, products, strict=True):
+            go_build(src, str(out / product), [f"{VOLCANO_MODULE}/cmd/{command}"], [])
+
+    return ensure_component("volcano", VOLCANO_VERSION, build, products, report=report)
+
+
+def ensure_trainer(report: Report = report_to_stderr) -> Path:
+    """Kubeflow Trainer's controller manager (its webhooks are served by the same binary)."""
+    return ensure_go_command(
+        "trainer", TRAINER_VERSION, TRAINER_PACKAGE, "trainer-controller-manager", report
+    )
+
+
+def ensure_jobset(report: Report = report_to_stderr) -> Path:
+    """JobSet's controller manager: the module's root package (webhooks in the same binary)."""
+    return ensure_go_command("jobset", JOBSET_VERSION, JOBSET_MODULE, "jobset-controller", report)
+
+
+def ensure_manifests(source: ManifestSource, report: Report = report_to_stderr) -> Path:
+    def copy(src: Path, out: Path) -> None:
+        write_go_mod(src, require={}, replace={})
+        module_dir = Path(go_mod_download(source.module, source.version, src)["Dir"])
+        copied = []
+        for pattern in source.patterns:
+            matches = sorted(module_dir.glob(pattern))
+            if not matches:
+                raise BuildError(f"{source.module}@{source.version} has no {pattern}")
+            for path in matches:
+                name = str(path.relative_to(module_dir))
+                copy_manifest(path, out / name)
+                copied.append(name)
+        (out / INDEX).write_text(json.dumps(copied))
+
+    return ensure_component(
+        f"{source.name}-manifests",
+        source.version,
+        copy,
+        (INDEX,),
+        report=report,
+        output=source.output,
+    )
+
+
+def copy_manifest(path: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(path, target)
+    target.chmod(0o644)  # the module cache's files are read-only
+    if target.suffix == ".yaml" and target.parent.name != "templates":  # not Helm templates
+        documents = [d for d in yaml.load_all(target.read_text(), Loader=YAML_LOADER) if d]
+        Path(f"{target}.json").write_text(json.dumps(documents))
+
+
+def volcano_replacements(volcano_go_mod: str, apis_dir: Path) -> list[str]:
+    """Volcano's own replace lines, its nested `volcano.sh/apis` pointed at `apis_dir`."""
+    block = re.search(r"^replace \((.*?)^\)", volcano_go_mod, re.MULTILINE | re.DOTALL)
+    if block is None:
+        raise BuildError("Volcano's go.mod has no replace block")
+    lines = []
+    for line in block.group(1).splitlines():
+        line = line.split("//")[0].strip()
+        if not line:
+            continue
+        if line.startswith("volcano.sh/apis "):
+            line = f"volcano.sh/apis => {apis_dir}"
+        lines.append(line)
+    return lines
+
+
+def write_raw_go_mod(src: Path, require: dict[str, str], replace: list[str]) -> None:
+    lines = ["module distrun.test/k8sbuild", "", "go 1.26.0", ""]
+    lines += [f"require {module} {version}" for module, version in require.items()]
+    lines += ["", "replace (", *(f"\t{line}" for line in replace), ")"]
+    (src / "go.mod").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    for field, value in vars(ensure_controllers()).items():
+        print(f"{field}: {value}")
