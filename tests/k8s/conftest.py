@@ -31,7 +31,7 @@ from .distrun_server import (
     prepare_server_identity,
     running,
 )
-from .real_controllers import start_job_controller
+from .real_controllers import start_job_controller, start_jobset, start_trainer, start_volcano
 
 SKIP_REASON = (
     "\n\n    !!! Kubernetes tier SKIPPED because DISTRUN_SKIP_K8S=1: no real kube-apiserver, "
@@ -104,6 +104,23 @@ def controllers_cluster(controller_binaries: ControllerBinaries) -> Iterator[Kub
     with KubeCluster(Build.binaries or ensure_all()) as cluster:
         start_job_controller(cluster, cluster.binaries.kube_controller_manager)
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def volcano_controllers(
+    controllers_cluster: KubeCluster, controller_binaries: ControllerBinaries
+) -> None:
+    """Volcano's webhooks, scheduler and job controller in `controllers_cluster`."""
+    start_volcano(controllers_cluster, controller_binaries)
+
+
+@pytest.fixture(scope="session")
+def trainer_controllers(
+    controllers_cluster: KubeCluster, controller_binaries: ControllerBinaries
+) -> None:
+    """JobSet, then Trainer and its ClusterTrainingRuntimes, in `controllers_cluster`."""
+    start_jobset(controllers_cluster, controller_binaries)
+    start_trainer(controllers_cluster, controller_binaries)
 
 
 @pytest.fixture(scope="session")

@@ -21,10 +21,7 @@ from .controller_builds import ControllerBinaries
 from .controllers import start_training_operator
 from .real_controllers import (
     READY_SECONDS,
-    start_jobset,
     start_kueue,
-    start_trainer,
-    start_volcano,
 )
 
 pytestmark = pytest.mark.kubernetes
@@ -77,17 +74,6 @@ def training_operator_namespace(
     start_training_operator(controllers_cluster, controller_binaries.training_operator, name)
     READY_SECONDS["training-operator"] = time.monotonic() - started
     return name
-
-
-@pytest.fixture(scope="module")
-def volcano(controllers_cluster: KubeCluster, controller_binaries: ControllerBinaries) -> None:
-    start_volcano(controllers_cluster, controller_binaries)
-
-
-@pytest.fixture(scope="module")
-def trainer(controllers_cluster: KubeCluster, controller_binaries: ControllerBinaries) -> None:
-    start_jobset(controllers_cluster, controller_binaries)
-    start_trainer(controllers_cluster, controller_binaries)
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +156,7 @@ def test_the_training_operator_makes_a_pod_per_pytorch_replica(
 
 
 def test_volcano_gang_schedules_a_job_of_min_available_two(
-    controllers_cluster: KubeCluster, volcano: None, namespace: str
+    controllers_cluster: KubeCluster, volcano_controllers: None, namespace: str
 ) -> None:
     job = {
         "apiVersion": "batch.volcano.sh/v1alpha1",
@@ -224,7 +210,7 @@ def test_volcano_gang_schedules_a_job_of_min_available_two(
 
 
 def test_trainer_runs_a_trainjob_on_the_torch_runtime_through_jobset(
-    controllers_cluster: KubeCluster, trainer: None, namespace: str
+    controllers_cluster: KubeCluster, trainer_controllers: None, namespace: str
 ) -> None:
     api = custom(controllers_cluster)
     api.create_namespaced_custom_object(
@@ -429,7 +415,7 @@ def test_kueue_holds_a_queued_pytorchjob_until_admitted_then_the_operator_runs_i
 
 
 def test_kueue_holds_a_queued_trainjob_until_admitted_then_trainer_runs_it(
-    controllers_cluster: KubeCluster, kueue: None, trainer: None, namespace: str
+    controllers_cluster: KubeCluster, kueue: None, trainer_controllers: None, namespace: str
 ) -> None:
     queue = make_queues(controllers_cluster, namespace, cpu="4")
     api = custom(controllers_cluster)

@@ -145,6 +145,16 @@ def test_volcano_phases_map_to_job_states() -> None:
         assert engine.phase(obj).state == state
 
 
+def test_a_volcano_job_restart_counts_for_every_replica() -> None:
+    """RestartJob recreates every pod: a container's restartCount starts again at 0, and the
+    job's retryCount is what says how often the replicas restarted."""
+    engine = VolcanoEngine(api_client=object())
+    obj = job_object(state={"phase": "Running"}, retryCount=2)
+    job = describe("volcano", obj, SPEC, {}, engine.phase(obj))
+    assert [r.restarts for r in job.replicas] == [2] * len(job.replicas)
+    assert engine.phase(job_object(state={"phase": "Failed"})).restarts == 0
+
+
 def test_log_lines_parse_nanosecond_timestamps_and_keep_invalid_utf8_readable() -> None:
     when, text = parse_line(b"2026-01-01T00:00:01.123456789Z hello \xff world\r", 1000)
     assert abs(when - (parse_time("2026-01-01T00:00:01Z") or 0) - 0.123456) < 1e-6
@@ -193,3 +203,41 @@ def test_current_instance_counts_container_restarts() -> None:
     assert previous is not None and previous.key == "u1:1" and previous.ended
     waiting = current_instance("worker-0", pod("Pending", state={"waiting": {}}), "pytorch")
     assert not waiting.started and waiting.previous() is None
+
+
+async def test_a_podgroup_without_a_condition_gives_the_schedulers_event() -> None:
+    """A queue over its capability: Volcano's scheduler leaves the PodGroup without a
+    condition and says why in a Normal `Unschedulable` event on it."""
+    engine = VolcanoEngine(api_client=object())
+    group = {"spec": {"queue": "small", "minMember": 2}, "status": {"phase": "Pending"}}
+    events = {"items": [
+        {"reason": "Scheduled", "message": "ignored", "lastTimestamp": "2026-01-01T00:00:03Z"},
+        {"reason": "Unschedulable", "message": "old", "lastTimestamp": "2026-01-01T00:00:01Z"},
+        {"reason": "Unschedulable", "message": "queue resource quota insufficient: overused",
+         "lastTimestamp": "2026-01-01T00:00:02Z"},
+    ]}  # fmt: skip
+    api = FakePodGroupApi(group, events)
+    obj = {"metadata": {"name": "job-abcde", "namespace": "ns", "uid": "u1"}}
+    reason = await engine.waiting_reason(api, obj, None)  # type: ignore[arg-type]
+    assert reason == (
+        "waiting for queue small to admit all 2 replicas (gang scheduling): "
+        "queue resource quota insufficient: overused"
+    )
+    assert api.asked == [("read the PodGroup", "job-abcde-u1"),
+        ("read the PodGroup's events", "involvedObject.kind=PodGroup,involvedObject.name=job-abcde-u1")]  # fmt: skip
+
+
+class FakePodGroupApi:
+    """The two reads VolcanoEngine.waiting_reason makes, answered from memory."""
+
+    def __init__(self, group: dict[str, Any], events: dict[str, Any]) -> None:
+        self.group, self.events = group, events
+        self.asked: list[tuple[str, str]] = []
+
+    async def get(self, _res: Any, _namespace: str, name: str, what: str) -> dict[str, Any]:
+        self.asked.append((what, name))
+        return self.group
+
+    async def list_events(self, _namespace: str, selector: str, what: str) -> dict[str, Any]:
+        self.asked.append((what, selector))
+        return self.events

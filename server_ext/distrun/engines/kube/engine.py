@@ -84,6 +84,7 @@ class Phase:
     reason: str | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    restarts: int = 0  # of the whole job (each replica restarted with it), not of a container
 
 
 class KubeEngine:
@@ -814,6 +815,8 @@ def describe(engine: str, obj: Obj, spec: JobSpec, pods: dict[str, Obj], phase: 
     """The job as the API server shows it: the object's status first, pods for the detail."""
     meta = obj["metadata"]
     replicas = [replica_status(name, pods.get(name)) for name in spec.replica_names()]
+    for replica in replicas:
+        replica.restarts += phase.restarts
     state, reason = phase.state, phase.reason
     if state is None:  # the object does not say: the pods do
         state = (

@@ -60,17 +60,20 @@ class VolcanoEngine(KubeEngine):
         return FRAMEWORKS[spec.framework].container_name
 
     def phase(self, obj: Obj) -> Phase:
-        state = (obj.get("status") or {}).get("state") or {}
+        status = obj.get("status") or {}
+        state = status.get("state") or {}
         job_state = _PHASES.get(state.get("phase", ""))
         reason = state.get("message") or state.get("reason") or None
         when = k8s_time(state.get("lastTransitionTime"))
+        # RestartJob recreates every pod (new uids, each container's restartCount back at 0).
+        restarts = int(status.get("retryCount") or 0)
         if job_state is None:
-            return Phase(None)
+            return Phase(None, restarts=restarts)
         if job_state.terminal:
-            return Phase(job_state, reason, None, when)
+            return Phase(job_state, reason, None, when, restarts)
         if job_state == JobState.PENDING:
-            return Phase(job_state, reason)
-        return Phase(job_state)
+            return Phase(job_state, reason, restarts=restarts)
+        return Phase(job_state, restarts=restarts)
 
     async def waiting_reason(self, api: KubeApi, obj: Obj, job: Job) -> str | None:
         """The PodGroup's word first: Volcano holds a gang that does not fit there (Pending:
@@ -82,7 +85,35 @@ class VolcanoEngine(KubeEngine):
         except DistrunError:
             group = None
         reason = podgroup_reason(group) if group is not None else None
+        if reason is not None and group is not None and not _has_cause(group):
+            # The scheduler says why in an event when no condition does (a queue over its
+            # capability leaves the PodGroup without one).
+            cause = await podgroup_event(api, meta["namespace"], name)
+            reason += f": {cause}" if cause else ""
         return reason or await super().waiting_reason(api, obj, job)
+
+
+async def podgroup_event(api: KubeApi, namespace: str, name: str) -> str | None:
+    """The latest Unschedulable event's message on the PodGroup `name`, if any."""
+    selector = f"involvedObject.kind=PodGroup,involvedObject.name={name}"
+    try:
+        events = await api.list_events(namespace, selector, "read the PodGroup's events")
+    except DistrunError:
+        return None
+    blocked = [e for e in events.get("items", []) if e.get("reason") == "Unschedulable"]
+    if not blocked:
+        return None
+    latest = max(blocked, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return (latest.get("message") or "").strip() or None
+
+
+def _unschedulable(group: Obj) -> list[Obj]:
+    conditions = (group.get("status") or {}).get("conditions") or []
+    return [c for c in conditions if c.get("type") == "Unschedulable" and c.get("status") == "True"]
+
+
+def _has_cause(group: Obj) -> bool:
+    return any((c.get("message") or c.get("reason") or "").strip() for c in _unschedulable(group))
 
 
 def podgroup_reason(group: Obj) -> str | None:
@@ -98,11 +129,7 @@ def podgroup_reason(group: Obj) -> str | None:
         words = f"admitted to queue {queue}; waiting until {gang} can be placed at once"
     else:
         return None
-    blocked = [
-        c
-        for c in status.get("conditions") or []
-        if c.get("type") == "Unschedulable" and c.get("status") == "True"
-    ]
+    blocked = _unschedulable(group)
     if blocked:
         latest = max(blocked, key=lambda c: c.get("lastTransitionTime") or "")
         message = (latest.get("message") or latest.get("reason") or "").strip()
