@@ -16,10 +16,12 @@
 The SDK (kubeflow-training 1.9.4) runs in its own throwaway virtualenv, made with pip on first
 use at $DISTRUN_KUBEFLOW_SDK_VENV (default /tmp/distrun-kubeflow-sdk).
 
-Run: PYTHONPATH=server_ext python benchmarks/bench_kube_api.py  (builds or reuses the cached
-binaries; a cold build takes many minutes).
+Run: PYTHONPATH=server_ext python benchmarks/bench_kube_api.py [--parts calls,creation,logs,late]
+(builds or reuses the cached binaries; a cold build takes many minutes). `--parts` runs some
+of the four (default: all).
 """
 
+import argparse
 import asyncio
 import contextlib
 import os
@@ -480,9 +482,24 @@ async def late_and_pending_pods(cluster: KubeCluster, admin: Any, namespace: str
         print(f"{tool:14} " + "; ".join(cells))
 
 
+PARTS = ("calls", "creation", "logs", "late")
+
+
+def parts_wanted() -> set[str]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help="comma-separated: " + ", ".join(PARTS)
+    )
+    wanted = set(parser.parse_args().parts.split(","))
+    if wanted - set(PARTS):
+        parser.error(f"unknown parts {sorted(wanted - set(PARTS))}; choose from {', '.join(PARTS)}")
+    return wanted
+
+
 async def main() -> None:
     if os.environ.get("DISTRUN_SKIP_K8S") == "1":
         skip("DISTRUN_SKIP_K8S=1")
+    wanted = parts_wanted()
     with KubeCluster(ensure_all(print)) as cluster:
         cluster.create_namespace("bench")
         api = await counting_client(str(cluster.kubeconfig("admin")))
@@ -492,10 +509,14 @@ async def main() -> None:
                 "trainer": TrainerEngine(api_client=api, namespace="bench"),
                 "volcano": VolcanoEngine(api_client=api, namespace="bench"),
             }
-            await count_calls(api, engines)
-            await creation_to_running(cluster, api)
-            await first_line_and_latency(cluster, api, "bench")
-            await late_and_pending_pods(cluster, api, "bench")
+            if "calls" in wanted:
+                await count_calls(api, engines)
+            if "creation" in wanted:
+                await creation_to_running(cluster, api)
+            if "logs" in wanted:
+                await first_line_and_latency(cluster, api, "bench")
+            if "late" in wanted:
+                await late_and_pending_pods(cluster, api, "bench")
         finally:
             await api.close()
 
