@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import kubernetes
 import pytest
 from kubernetes_asyncio import client
 
@@ -286,3 +287,95 @@ async def kueue_state(api: Any, namespace: str) -> str:
             "clusterqueues": [q.get("status") for q in queues["items"]],
         }
     )
+
+
+async def test_kueue_preempts_a_lower_priority_job_and_distrun_says_so(
+    kube_cluster: KubeCluster, kube_admin: Any, operator_namespace: str, kueue_queue: str
+) -> None:
+    """A ClusterQueue that preempts lower priorities, with CPU for one job: a high-priority job
+    evicts the running low-priority one; the evicted job is not failed but waits again, saying
+    Kueue preempted it, and runs again once the high-priority job ends."""
+    queue = preempting_queue(kube_cluster, operator_namespace)
+    engine = KubeflowEngine(
+        api_client=kube_admin, namespace=operator_namespace, queue_system="kueue",
+        default_queue=queue, allowed_priority_classes=("distrun-low", "distrun-high"),
+    )  # fmt: skip
+    core = client.CoreV1Api(kube_admin)
+    roles = {"master": {"replicas": 1, "resources": {"cpu": "1"}},
+             "worker": {"replicas": 1, "resources": {"cpu": "1"}}}  # fmt: skip
+
+    def job_spec(priority: str) -> JobSpec:
+        return JobSpec.from_dict(
+            {"framework": "pytorch", "code": "print(1)", "roles": roles,
+             "priority_class": priority}
+        )  # fmt: skip
+
+    try:
+        low = await engine.submit(job_spec("distrun-low"), "alice")
+        await eventually(
+            lambda: engine.get_job(low.id, "alice"),
+            lambda j: j.state == JobState.RUNNING,
+            "the low-priority job to run",
+        )
+        high = await engine.submit(job_spec("distrun-high"), "alice")
+        preempted = await eventually(
+            lambda: engine.get_job(low.id, "alice"),
+            lambda j: (j.reason or "").startswith("preempted by Kueue"),
+            "the low-priority job to say Kueue preempted it",
+        )
+        print(f"--- preempted: {preempted.reason}")
+        assert preempted.state == JobState.PENDING
+        assert f"waiting in LocalQueue {queue} to be admitted again" in (preempted.reason or "")
+        high_pods = await eventually(
+            lambda: job_pods(kube_admin, operator_namespace, high.id),
+            lambda found: len(found) == 2,
+            "the high-priority job's pods",
+        )
+        await end_pods(core, operator_namespace, high_pods)
+        low_pods = await eventually(
+            lambda: job_pods(kube_admin, operator_namespace, low.id),
+            lambda found: (
+                len(found) == 2 and all(p.status.phase == "Running" for p in found.values())
+            ),
+            "the preempted job to be admitted and run again",
+        )
+        await end_pods(core, operator_namespace, low_pods)
+        done = await eventually(
+            lambda: engine.get_job(low.id, "alice"), lambda j: j.state.terminal, "the end"
+        )
+        assert done.state == JobState.SUCCEEDED
+    finally:
+        await engine.close()
+
+
+def preempting_queue(cluster: KubeCluster, namespace: str) -> str:
+    """PriorityClasses distrun-low and distrun-high, and a LocalQueue `team-b` in `namespace`
+    on a ClusterQueue with CPU for one 2-CPU job that preempts lower priorities in it."""
+    scheduling = kubernetes.client.SchedulingV1Api(cluster.admin)
+    for name, value in (("distrun-low", 10), ("distrun-high", 1000)):
+        body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                "metadata": {"name": name}, "value": value}  # fmt: skip
+        scheduling.create_priority_class(body)
+    custom = kubernetes.client.CustomObjectsApi(cluster.admin)
+    group, version = "kueue.x-k8s.io", "v1beta1"
+    quota = [{"name": "cpu", "nominalQuota": "2"}, {"name": "memory", "nominalQuota": "64Gi"}]
+    cluster_queue = {
+        "apiVersion": f"{group}/{version}",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "distrun-preempting"},
+        "spec": {
+            "namespaceSelector": {},
+            "preemption": {"withinClusterQueue": "LowerPriority"},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory"],
+                                "flavors": [{"name": "default-flavor", "resources": quota}]}],
+        },
+    }  # fmt: skip
+    custom.create_cluster_custom_object(group, version, "clusterqueues", cluster_queue)
+    local_queue = {
+        "apiVersion": f"{group}/{version}",
+        "kind": "LocalQueue",
+        "metadata": {"name": "team-b", "namespace": namespace},
+        "spec": {"clusterQueue": "distrun-preempting"},
+    }
+    custom.create_namespaced_custom_object(group, version, namespace, "localqueues", local_queue)
+    return "team-b"
