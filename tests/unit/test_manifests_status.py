@@ -153,6 +153,9 @@ def test_a_volcano_job_restart_counts_for_every_replica() -> None:
     job = describe("volcano", obj, SPEC, {}, engine.phase(obj))
     assert [r.restarts for r in job.replicas] == [2] * len(job.replicas)
     assert engine.phase(job_object(state={"phase": "Failed"})).restarts == 0
+    # The failure that ends the job is counted as a retry by Volcano, and restarted nothing.
+    failed = {**job_object(state={"phase": "Failed"}, retryCount=2), "spec": {"maxRetry": 2}}
+    assert engine.phase(failed).restarts == 1
 
 
 def test_log_lines_parse_nanosecond_timestamps_and_keep_invalid_utf8_readable() -> None:

@@ -456,12 +456,16 @@ class ReplicaFollower:
         not, and record its count once it can no longer grow."""
         current = self._current()
         restarted = current is not None and current.key != instance.key
-        gone = current is None
+        # A controller that recreates a pod (Volcano's RestartJob) gives the new one the old
+        # one's name: the old pod's log can no longer be read by name.
+        replaced = current is None or current.uid != instance.uid
         ended = restarted or (current is not None and current.ended)
         count: int | None = self._seen
-        if not gone:
+        if not replaced:
             count = await self._read_rest(instance, first, restarted, ended)
-        if count is not None and (ended or gone):
+            if count is None and ended:  # the pod went while its log was read
+                count = self._seen
+        if count is not None and (ended or replaced):
             await self.ctx.ledger.record(self.replica, instance.key, count)
 
     async def _read_rest(

@@ -65,8 +65,7 @@ class VolcanoEngine(KubeEngine):
         job_state = _PHASES.get(state.get("phase", ""))
         reason = state.get("message") or state.get("reason") or None
         when = k8s_time(state.get("lastTransitionTime"))
-        # RestartJob recreates every pod (new uids, each container's restartCount back at 0).
-        restarts = int(status.get("retryCount") or 0)
+        restarts = _restarts(obj, job_state)
         if job_state is None:
             return Phase(None, restarts=restarts)
         if job_state.terminal:
@@ -91,6 +90,17 @@ class VolcanoEngine(KubeEngine):
             cause = await podgroup_event(api, meta["namespace"], name)
             reason += f": {cause}" if cause else ""
         return reason or await super().waiting_reason(api, obj, job)
+
+
+def _restarts(obj: Obj, state: JobState | None) -> int:
+    """How often the job restarted: RestartJob recreates every pod (new uids, each container's
+    restartCount back at 0), so the job's retryCount says it, except that the failure that
+    ends a job (retryCount reaching maxRetry) counts as a retry and restarted nothing."""
+    retries = int((obj.get("status") or {}).get("retryCount") or 0)
+    max_retry = int((obj.get("spec") or {}).get("maxRetry") or 0)
+    if state == JobState.FAILED and max_retry and retries >= max_retry:
+        return max_retry - 1
+    return retries
 
 
 async def podgroup_event(api: KubeApi, namespace: str, name: str) -> str | None:

@@ -1,0 +1,306 @@
+"""distrun's Volcano and Trainer engines against the REAL controllers (controllers_cluster:
+Volcano v1.15.1's admission webhooks, scheduler and job controller; Trainer v2.3.0 with JobSet
+and the Job controller). kwok plays the kubelet: what a container prints and how it exits are
+the only things these tests decide; pods, PodGroups, restarts, conditions and events come from
+the controllers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+from kubernetes_asyncio import client
+
+from distrun.core import jobids
+from distrun.core.job import JobState
+from distrun.core.logs import JobUpdate, LogBatch
+from distrun.core.spec import JobSpec
+from distrun.engines.kube.engine import REMOVED_REASON
+from distrun.engines.kube.trainer import TrainerEngine
+from distrun.engines.kube.volcano import VolcanoEngine
+
+from .cluster import KubeCluster
+
+pytestmark = pytest.mark.kubernetes
+
+WAIT = 90.0
+EXIT_ANNOTATION = "kwok.distrun.test/exit-code"
+OWNER = "alice"
+
+
+def spec(roles: dict[str, int], cpu: str = "1", **fields: Any) -> JobSpec:
+    return JobSpec.from_dict(
+        {
+            "framework": "pytorch",
+            "code": "print('hi')\n",
+            "roles": {
+                role: {"replicas": count, "resources": {"cpu": cpu}}
+                for role, count in roles.items()
+            },
+            **fields,
+        }
+    )
+
+
+@pytest.fixture
+async def admin(controllers_cluster: KubeCluster) -> AsyncIterator[Any]:
+    async with controllers_cluster.api_client("admin") as api:
+        yield api
+
+
+@pytest.fixture
+def namespace(controllers_cluster: KubeCluster) -> Iterator[str]:
+    name = f"eng-{secrets.token_hex(4)}"
+    controllers_cluster.create_namespace(name)
+    yield name
+    controllers_cluster.delete_namespace(name)
+
+
+async def eventually(read: Callable[[], Any], check: Callable[[Any], bool], what: str) -> Any:
+    deadline = time.monotonic() + WAIT
+    while True:
+        value = await read()
+        if check(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last value: {value!r}")
+        await asyncio.sleep(0.3)
+
+
+async def pods_of(api: Any, namespace: str, selector: str) -> list[Any]:
+    listed = await client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector)
+    return [pod for pod in listed.items if pod.metadata.deletion_timestamp is None]
+
+
+def all_running(count: int) -> Callable[[list[Any]], bool]:
+    return lambda pods: len(pods) == count and all(p.status.phase == "Running" for p in pods)
+
+
+async def end_pod(api: Any, namespace: str, name: str, code: str) -> None:
+    """kwok ends the pod's container with exit `code` (the test's only say in its fate)."""
+    patch = {"metadata": {"annotations": {EXIT_ANNOTATION: code}}}
+    with contextlib.suppress(client.exceptions.ApiException):
+        await client.CoreV1Api(api).patch_namespaced_pod(name, namespace, patch)
+
+
+# -- Volcano -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def volcano(
+    admin: Any, namespace: str, volcano_controllers: None
+) -> AsyncIterator[VolcanoEngine]:
+    engine = VolcanoEngine(api_client=admin, namespace=namespace, allowed_queues=("small",))
+    yield engine
+    await engine.close()
+
+
+async def test_a_gang_that_does_not_fit_the_nodes_starts_no_pod_and_says_why(
+    volcano: VolcanoEngine, admin: Any, namespace: str
+) -> None:
+    """Three 30-CPU replicas on two 32-CPU nodes: each would fit alone, the gang does not, so
+    the real scheduler binds none of them and distrun says so from the PodGroup."""
+    job = await volcano.submit(spec({"master": 1, "worker": 2}, cpu="30"), OWNER)
+    waiting = await eventually(
+        lambda: volcano.get_job(job.id, OWNER),
+        lambda j: "all 3 replicas" in (j.reason or "") and ": " in (j.reason or ""),
+        "the job to say why its gang waits",
+    )
+    print(f"--- waiting for node capacity: {waiting.reason}")
+    assert waiting.state == JobState.PENDING
+    assert "queue default" in (waiting.reason or "")
+    pods = await pods_of(admin, namespace, f"volcano.sh/job-name={job.id}")
+    assert not any(pod.spec.node_name for pod in pods), "a pod of an unplaceable gang was bound"
+    await volcano.delete(job.id, OWNER)
+
+
+async def test_a_gang_over_its_queues_capability_waits_with_the_schedulers_reason(
+    volcano: VolcanoEngine, controllers_cluster: KubeCluster, namespace: str
+) -> None:
+    """A queue capped at 1 CPU and a 2-CPU gang: the PodGroup has no condition (Pending, not
+    admitted to the queue), the reason is in the scheduler's event on it, and distrun shows
+    it."""
+    custom = kubernetes.client.CustomObjectsApi(controllers_cluster.admin)
+    queue = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": "small"},
+        "spec": {"weight": 1, "reclaimable": True, "capability": {"cpu": "1"}},
+    }
+    with contextlib.suppress(kubernetes.client.ApiException):  # another test may have made it
+        custom.create_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues", queue)
+    job = await volcano.submit(spec({"master": 1, "worker": 1}, queue="small"), OWNER)
+    waiting = await eventually(
+        lambda: volcano.get_job(job.id, OWNER),
+        lambda j: "insufficient cpu" in (j.reason or ""),
+        "the job to give the scheduler's reason",
+    )
+    print(f"--- waiting for the queue: {waiting.reason}")
+    assert waiting.state == JobState.PENDING
+    assert (waiting.reason or "").startswith("waiting for queue small to admit all 2 replicas")
+    await volcano.delete(job.id, OWNER)
+
+
+@pytest.mark.parametrize("backoff_limit", [0, 1])
+async def test_a_failing_job_restarts_as_often_as_asked_with_exact_log_seqs(
+    volcano: VolcanoEngine,
+    admin: Any,
+    controllers_cluster: KubeCluster,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+    backoff_limit: int,
+) -> None:
+    """PodFailed -> RestartJob, as the real controller does it (every pod recreated): the job
+    restarts `backoff_limit` times, then fails; each attempt's lines keep their own seqs."""
+    job_id = f"restarts-{backoff_limit}"
+    monkeypatch.setattr(jobids, "new_job_id", lambda _name: job_id)  # to name the pods' logs
+    job_spec = spec({"master": 1, "worker": 1}, backoff_limit=backoff_limit)
+    for replica in job_spec.replica_names():
+        log = controllers_cluster.pod_log(namespace, f"{job_id}-{replica}")
+        log.write(*(f"{replica} line {n}" for n in range(3)))
+    await volcano.submit(job_spec, OWNER)
+    lines: dict[str, list[tuple[int, str]]] = {name: [] for name in job_spec.replica_names()}
+    states: list[JobState] = []
+    follower = asyncio.create_task(collect(volcano, job_id, lines, states))
+    selector = f"volcano.sh/job-name={job_id}"
+    uids: set[str] = set()
+    for attempt in range(backoff_limit + 1):
+        pods = await eventually(
+            lambda: pods_of(admin, namespace, selector),
+            lambda found, seen=frozenset(uids): (
+                all_running(2)(found) and not seen & {p.metadata.uid for p in found}
+            ),
+            f"attempt {attempt + 1}'s pods to run",
+        )
+        uids |= {pod.metadata.uid for pod in pods}
+        await eventually(
+            async_value(lambda: min(len(seen) for seen in lines.values())),
+            lambda count, want=3 * (attempt + 1): count >= want,
+            f"attempt {attempt + 1}'s lines",
+        )
+        await end_pod(admin, namespace, f"{job_id}-worker-0", "1")
+    failed = await eventually(
+        lambda: volcano.get_job(job_id, OWNER), lambda j: j.state.terminal, "the job to fail"
+    )
+    print(f"--- failed after {backoff_limit} restart(s): {failed.reason}")
+    assert failed.state == JobState.FAILED
+    assert [r.restarts for r in failed.replicas] == [backoff_limit, backoff_limit]
+    await asyncio.wait_for(follower, WAIT)
+    assert states[-1] == JobState.FAILED
+    for replica, seen in lines.items():
+        expected = [
+            (attempt * 3 + n, f"{replica} line {n}")
+            for attempt in range(backoff_limit + 1)
+            for n in range(3)
+        ]
+        assert seen == expected, replica
+    await volcano.delete(job_id, OWNER)
+
+
+async def test_a_completed_job_shows_what_became_of_the_workers_the_controller_removed(
+    volcano: VolcanoEngine, admin: Any, namespace: str
+) -> None:
+    """The master succeeds: TaskCompleted -> CompleteJob; the controller deletes the running
+    workers' pods. They read as stopped with the job, not as waiting for a pod."""
+    job = await volcano.submit(spec({"master": 1, "worker": 2}), OWNER)
+    selector = f"volcano.sh/job-name={job.id}"
+    await eventually(lambda: pods_of(admin, namespace, selector), all_running(3), "the pods")
+    await end_pod(admin, namespace, f"{job.id}-master-0", "0")
+    done = await eventually(
+        lambda: volcano.get_job(job.id, OWNER), lambda j: j.state.terminal, "the job to end"
+    )
+    assert done.state == JobState.SUCCEEDED
+    await eventually(
+        lambda: pods_of(admin, namespace, f"{selector},volcano.sh/task-spec=worker"),
+        lambda found: found == [],
+        "the controller to remove the workers' pods",
+    )
+    ended = await volcano.get_job(job.id, OWNER)
+    by_name = {r.name: r for r in ended.replicas}
+    assert by_name["master-0"].state == JobState.SUCCEEDED
+    for worker in ("worker-0", "worker-1"):
+        assert by_name[worker].reason == REMOVED_REASON
+        assert by_name[worker].state == JobState.CANCELLED
+    await volcano.delete(job.id, OWNER)
+
+
+async def collect(
+    engine: Any, job_id: str, lines: dict[str, list[tuple[int, str]]], states: list[JobState]
+) -> None:
+    async for event in engine.follow(job_id, OWNER):
+        if isinstance(event, LogBatch):
+            for line in event.lines:
+                lines[line.replica].append((line.seq, line.text))
+        elif isinstance(event, JobUpdate):
+            states.append(event.job.state)
+
+
+def async_value(read: Callable[[], Any]) -> Callable[[], Any]:
+    async def value() -> Any:
+        return read()
+
+    return value
+
+
+# -- Trainer v2 --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def trainer(
+    admin: Any, namespace: str, trainer_controllers: None
+) -> AsyncIterator[TrainerEngine]:
+    engine = TrainerEngine(api_client=admin, namespace=namespace)
+    yield engine
+    await engine.close()
+
+
+async def test_a_trainjob_runs_on_the_torch_runtime_and_reports_status_and_logs(
+    trainer: TrainerEngine, admin: Any, controllers_cluster: KubeCluster, namespace: str
+) -> None:
+    """Trainer turns distrun's TrainJob into a JobSet, the Job controller into pods carrying the
+    runtime's torchrun variables; distrun reads their status and logs, and the job succeeds
+    when they do."""
+    job_spec = spec({"master": 1, "worker": 1})
+    job = await trainer.submit(job_spec, OWNER)
+    selector = trainer.pod_selector(job.id)
+    pods = await eventually(
+        lambda: pods_of(admin, namespace, selector), all_running(2), "Trainer's pods to run"
+    )
+    by_replica = {trainer.replica_of(pod.to_dict() | meta(pod), job_spec): pod for pod in pods}
+    assert set(by_replica) == {"master-0", "worker-0"}
+    for index, replica in enumerate(("master-0", "worker-0")):
+        pod = by_replica[replica]
+        [main] = [c for c in pod.spec.containers if c.name == trainer.container_name(job_spec)]
+        env = {var.name: var.value for var in main.env or []}
+        assert env.get("PET_NNODES") == "2", env
+        log = controllers_cluster.pod_log(namespace, pod.metadata.name)
+        log.write(f"hello from node {index}")
+    lines: dict[str, list[tuple[int, str]]] = {"master-0": [], "worker-0": []}
+    states: list[JobState] = []
+    follower = asyncio.create_task(collect(trainer, job.id, lines, states))
+    await eventually(
+        async_value(lambda: all(lines.values())), bool, "the first line of every replica"
+    )
+    assert lines == {"master-0": [(0, "hello from node 0")], "worker-0": [(0, "hello from node 1")]}
+    running = await trainer.get_job(job.id, OWNER)
+    assert running.state == JobState.RUNNING
+    for pod in pods:
+        await end_pod(admin, namespace, pod.metadata.name, "0")
+    done = await eventually(
+        lambda: trainer.get_job(job.id, OWNER), lambda j: j.state.terminal, "the job to end"
+    )
+    assert done.state == JobState.SUCCEEDED, done.reason
+    await asyncio.wait_for(follower, WAIT)
+    assert states[-1] == JobState.SUCCEEDED
+    await trainer.delete(job.id, OWNER)
+
+
+def meta(pod: Any) -> dict[str, Any]:
+    """The pod's metadata as the API writes it (camelCase keys the engine reads)."""
+    return {"metadata": {"labels": pod.metadata.labels, "annotations": pod.metadata.annotations}}
