@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import secrets
 import time
+import tracemalloc
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -15,6 +17,7 @@ import kubernetes
 import pytest
 from kubernetes_asyncio import client
 
+from distrun.core import jobids
 from distrun.core.job import JobState
 from distrun.core.logs import JobUpdate
 from distrun.core.replica_env import operator_env, service_addresses
@@ -379,3 +382,40 @@ def preempting_queue(cluster: KubeCluster, namespace: str) -> str:
     }
     custom.create_namespaced_custom_object(group, version, namespace, "localqueues", local_queue)
     return "team-b"
+
+
+async def test_reading_a_long_log_holds_the_lines_asked_for_not_the_log(
+    kube_cluster: KubeCluster,
+    engine: KubeflowEngine,
+    kube_admin: Any,
+    operator_namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A REST read of 100 lines from the middle of a ~30 MB log streams the log past the
+    server: the Python heap's peak stays far below the log's size."""
+    job_id = f"long-log-{secrets.token_hex(2)}"
+    monkeypatch.setattr(jobids, "new_job_id", lambda _name: job_id)  # to name the pod's log
+    log = kube_cluster.pod_log(operator_namespace, f"{job_id}-master-0")
+    log.write(*(f"line {n} " + "x" * 200 for n in range(100_000)))
+    job = await engine.submit(
+        JobSpec.from_dict(
+            {"framework": "pytorch", "code": "", "roles": {"master": {"replicas": 1}}}
+        ),
+        "alice",
+    )
+    await eventually(
+        lambda: job_pods(kube_admin, operator_namespace, job.id),
+        lambda found: len(found) == 1 and found["master-0"].status.phase == "Running",
+        "the operator's pod to run",
+    )
+    tracemalloc.start()
+    try:
+        lines = await engine.read_logs(job.id, "alice", since={"master-0": 50_000}, limit=100)
+        _size, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [(line.seq, line.text.split()[1]) for line in lines] == [
+        (n, str(n)) for n in range(50_000, 50_100)
+    ]
+    assert peak < 4 * 1024 * 1024, f"peak {peak} bytes for a {log.path.stat().st_size}-byte log"
+    await engine.delete(job.id, "alice")

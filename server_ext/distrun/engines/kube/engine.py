@@ -357,7 +357,7 @@ class KubeEngine:
         for name in names:
             if name in pods:
                 instance = current_instance(name, pods[name], self.container_name(spec))
-                lines += await read_replica(ctx, instance, starts[name])
+                lines += await read_replica(ctx, instance, starts[name], limit)
         lines.sort(key=lambda line: line.time)
         return lines[:limit]
 

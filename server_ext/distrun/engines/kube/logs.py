@@ -257,25 +257,62 @@ def to_lines(
     return lines
 
 
-async def read_replica(ctx: LogContext, instance: Instance, since: int) -> list[LogLine]:
-    """Every line still readable of a replica from `since`: its previous container instance
-    and its current one. Ended instances not yet in the ledger are recorded."""
+async def read_window(
+    ctx: LogContext, instance: Instance, previous: bool, ended: bool, skip: int, keep: int
+) -> tuple[list[bytes], int | None]:
+    """Lines `skip` to `skip + keep` of an instance's log and how many lines it has, read as
+    the log arrives: however long the log, only the window is held. None for the count when
+    the log could not be read (the kubelet no longer has it, or the read broke off)."""
+    kept: list[bytes] = []
+    count = 0
+    max_line = ctx.max_line_bytes + TIMESTAMP_ROOM
+
+    def take(raw: bytes) -> None:
+        nonlocal count
+        if skip <= count < skip + keep:
+            kept.append(raw)
+        count += 1
+
+    try:
+        async with ctx.api.stream_log(
+            ctx.namespace, instance.pod, instance.container, follow=False, previous=previous
+        ) as response:
+            lines = StreamedLines(response, max_line)
+            async for raw in lines:
+                take(raw)
+            last = lines.unfinished()
+    except (DistrunError, aiohttp.ClientError, OSError, TimeoutError):
+        return [], None
+    if ended and last:  # the instance's last line, without a newline
+        take(last[:max_line])
+    return kept, count
+
+
+async def read_replica(
+    ctx: LogContext, instance: Instance, since: int, limit: int
+) -> list[LogLine]:
+    """The first `limit` lines still readable of a replica from `since`: of its previous
+    container instance and its current one, each streamed (memory holds `limit` lines, not the
+    log). Ended instances not yet in the ledger are recorded."""
     lines: list[LogLine] = []
     previous = instance.previous()
     for inst, is_previous in ((previous, True), (instance, False)):
-        if inst is None or not inst.started:
+        if inst is None or not inst.started or len(lines) >= limit:
             continue
         ledger = ctx.ledger.ledger
         first = base_seq(ledger, inst.replica, inst.key)
         known = recorded_lines(ledger, inst.replica, inst.key)
         if known is not None and first + known <= since:
             continue
-        raw = await read_instance(ctx, inst, is_previous, ended=is_previous or inst.ended)
+        ended = is_previous or inst.ended
+        skip = max(0, since - first)
+        keep = limit - len(lines)
         if known is not None:
-            raw = raw[:known]
-        elif inst.ended:
-            await ctx.ledger.record(inst.replica, inst.key, len(raw))
-        lines += to_lines(ctx, inst.replica, raw, first, since)
+            keep = min(keep, known - skip)
+        raw, count = await read_window(ctx, inst, is_previous, ended, skip, keep)
+        if known is None and inst.ended and count is not None:
+            await ctx.ledger.record(inst.replica, inst.key, count)
+        lines += to_lines(ctx, inst.replica, raw, first + skip, since)
     return lines
 
 
