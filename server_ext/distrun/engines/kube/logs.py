@@ -228,14 +228,6 @@ class LogContext:
     max_line_bytes: int
 
 
-async def read_instance(
-    ctx: LogContext, instance: Instance, previous: bool, ended: bool
-) -> list[bytes]:
-    """The finished lines of an instance; empty when the kubelet no longer has its log. Until
-    the instance `ended`, the text after its last newline is no line yet."""
-    return split_log(await read_instance_log(ctx, instance, previous), ended=ended)
-
-
 async def read_instance_log(ctx: LogContext, instance: Instance, previous: bool) -> bytes:
     try:
         return await ctx.api.read_log(
@@ -257,35 +249,49 @@ def to_lines(
     return lines
 
 
-async def read_window(
-    ctx: LogContext, instance: Instance, previous: bool, ended: bool, skip: int, keep: int
-) -> tuple[list[bytes], int | None]:
-    """Lines `skip` to `skip + keep` of an instance's log and how many lines it has, read as
-    the log arrives: however long the log, only the window is held. None for the count when
-    the log could not be read (the kubelet no longer has it, or the read broke off)."""
-    kept: list[bytes] = []
+async def each_line(
+    ctx: LogContext,
+    instance: Instance,
+    previous: bool,
+    ended: bool,
+    visit: Callable[[int, bytes], Awaitable[None]],
+) -> int | None:
+    """Calls `visit(index, raw line)` for every line of an instance's log as the log arrives
+    (however long the log, it is never held whole) and returns how many lines it has; None
+    when the log could not be read (the kubelet no longer has it, or the read broke off).
+    Until the instance `ended`, the text after its last newline is no line yet."""
     count = 0
     max_line = ctx.max_line_bytes + TIMESTAMP_ROOM
-
-    def take(raw: bytes) -> None:
-        nonlocal count
-        if skip <= count < skip + keep:
-            kept.append(raw)
-        count += 1
-
     try:
         async with ctx.api.stream_log(
             ctx.namespace, instance.pod, instance.container, follow=False, previous=previous
         ) as response:
             lines = StreamedLines(response, max_line)
             async for raw in lines:
-                take(raw)
+                await visit(count, raw)
+                count += 1
             last = lines.unfinished()
     except (DistrunError, aiohttp.ClientError, OSError, TimeoutError):
-        return [], None
+        return None
     if ended and last:  # the instance's last line, without a newline
-        take(last[:max_line])
-    return kept, count
+        await visit(count, last[:max_line])
+        count += 1
+    return count
+
+
+async def read_window(
+    ctx: LogContext, instance: Instance, previous: bool, ended: bool, skip: int, keep: int
+) -> tuple[list[bytes], int | None]:
+    """Lines `skip` to `skip + keep` of an instance's log, and how many lines it has (None:
+    unreadable); only the window is held."""
+    kept: list[bytes] = []
+
+    async def take(index: int, raw: bytes) -> None:
+        if skip <= index < skip + keep:
+            kept.append(raw)
+
+    count = await each_line(ctx, instance, previous, ended, take)
+    return (kept, count) if count is not None else ([], None)
 
 
 async def read_replica(
@@ -403,12 +409,14 @@ class ReplicaFollower:
         known = recorded_lines(ledger, self.replica, instance.key)
         if known is not None and first + known <= self.since:
             return
-        raw = await read_instance(self.ctx, instance, is_previous, ended=True)
-        if known is None:
-            await self.ctx.ledger.record(self.replica, instance.key, len(raw))
-        else:
-            raw = raw[:known]
-        await self._emit_raw(raw, first)
+
+        async def emit(index: int, raw: bytes) -> None:
+            if known is None or index < known:
+                await self._emit_raw([raw], first + index)
+
+        count = await each_line(self.ctx, instance, is_previous, True, emit)
+        if known is None and count is not None:
+            await self.ctx.ledger.record(self.replica, instance.key, count)
 
     def _over(self, instance: Instance) -> bool:
         current = self._current()
