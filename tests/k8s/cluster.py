@@ -244,11 +244,24 @@ class KubeCluster:
                 "--profiling=false",
             ],
         )
+        self.wait_apiserver_ready(apiserver)
+
+    def wait_apiserver_ready(self, apiserver: Component) -> None:
+        assert self.pki is not None
         context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
         apiserver.wait_ready(
             lambda: http_ok(f"{self.server}/readyz", context, self.tokens["admin"]),
             STARTUP_TIMEOUT,
         )
+
+    def restart_apiserver(self, down_for: float = 0.0) -> None:
+        """Stops kube-apiserver (every watch and log stream through it breaks), waits
+        `down_for` seconds, starts it again on the same port and etcd, and waits until ready."""
+        [apiserver] = [c for c in self.components if c.name == "kube-apiserver"]
+        apiserver.stop()
+        time.sleep(down_for)
+        apiserver.start()
+        self.wait_apiserver_ready(apiserver)
 
     def start_controllers(self) -> None:
         assert self.pki is not None

@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
+
 from distrun.core import jobids
 from distrun.core.errors import (
     Conflict,
@@ -74,6 +76,10 @@ _STORED_SPEC_LIMITS = Limits(
 )
 LAST_LINES = 20
 WAITING_POLL_SECONDS = 2.0
+RETRY_SECONDS = 1.0  # between attempts to reach an API server that did not answer
+# How a watch or a read breaks when the API server goes away (a restart, a dropped
+# connection): the API's own errors, or the connection's, mid-stream.
+WATCH_BROKEN = (DistrunError, aiohttp.ClientError, OSError, TimeoutError)
 
 
 @dataclass(frozen=True)
@@ -714,18 +720,20 @@ class _Follow:
         self._notify()
 
     async def _watch_pods(self, namespace: str, job_id: str) -> None:
+        """Lists, then watches from the list's resourceVersion; lists again after an expired
+        version (410 Gone) or a broken connection, as long as the API server is unreachable."""
         selector = self.engine.pod_selector(job_id)
         version = ""
         while True:
-            if not version:
-                version = await self._list_pods(namespace, job_id)
             try:
+                if not version:
+                    version = await self._list_pods(namespace, job_id)
                 async for event in self.api.watch(PODS, namespace, selector, version, "watch pods"):
                     version = self._on_pod_event(event, version)
-            except DistrunError as error:
-                log.info("pod watch of %s ended: %s", job_id, error)
+            except WATCH_BROKEN as error:
+                log.info("pod watch of %s broke: %r", job_id, error)
                 version = ""
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(RETRY_SECONDS)
 
     def _on_pod_event(self, event: Obj, version: str) -> str:
         kind, pod = event.get("type"), event.get("object") or {}
@@ -759,15 +767,26 @@ class _Follow:
                     self._notify()
                     if self.gone:
                         return
-            except DistrunError as error:
-                log.info("job watch of %s ended: %s", job_id, error)
-                await asyncio.sleep(1.0)
-            try:  # relist: the object itself, or it is gone
+            except WATCH_BROKEN as error:
+                log.info("job watch of %s broke: %r", job_id, error)
+                await asyncio.sleep(RETRY_SECONDS)
+            version = await self._read_job(resource, namespace, job_id)
+
+    async def _read_job(self, resource: Resource, namespace: str, job_id: str) -> str:
+        """The job object read again (what changed while no watch ran), retried while the API
+        server is unreachable; its resourceVersion, to watch from."""
+        while True:
+            try:
                 self.obj = await self.api.get(resource, namespace, job_id, "read the job")
-                version = str(self.obj["metadata"].get("resourceVersion", ""))
             except NotFound:
                 self.gone = True
+                return ""
+            except WATCH_BROKEN as error:
+                log.info("reading job %s failed: %r", job_id, error)
+                await asyncio.sleep(RETRY_SECONDS)
+                continue
             self._notify()
+            return str(self.obj["metadata"].get("resourceVersion", ""))
 
 
 # --- pure functions of what the API server holds ----------------------------------------------
