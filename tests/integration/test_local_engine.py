@@ -19,6 +19,7 @@ from distrun.core.errors import EngineError, LimitExceeded, NotFound, SpecError
 from distrun.core.job import Job, JobState
 from distrun.core.logs import JobUpdate, LogBatch, LogLine
 from distrun.core.spec import Limits
+from distrun.engines.local import capabilities
 from distrun.engines.local.engine import LOST_REASON, LocalEngine
 from distrun.engines.local.processes import process_start_time
 
@@ -66,16 +67,28 @@ def job_status(engine: LocalEngine, job: Job) -> dict[str, Any]:
     return dict(json.loads(path.read_text()))
 
 
-async def test_off_linux_the_engine_says_it_is_unavailable_and_refuses_jobs_in_words(
+async def test_off_posix_the_engine_says_it_is_unavailable_and_refuses_jobs_in_words(
     local_engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sys, "platform", "darwin")
+    monkeypatch.setattr(os, "name", "nt")
+    monkeypatch.setattr(sys, "platform", "win32")
     info = await local_engine.info()
     assert not info.available
-    assert info.reason is not None and "Linux only" in info.reason and "darwin" in info.reason
-    with pytest.raises(EngineError, match="Linux only"):
+    assert info.reason is not None and "POSIX" in info.reason and "win32" in info.reason
+    with pytest.raises(EngineError, match="POSIX"):
         await local_engine.submit(spec("print('hi')"), "alice")
     assert await local_engine.list_jobs("alice") == []
+
+
+async def test_the_engine_says_which_path_each_capability_takes(local_engine: LocalEngine) -> None:
+    """Linux's path where the capability works, the portable one where it does not or where
+    DISTRUN_LOCAL_PORTABLE forces it (CI runs this tier both ways)."""
+    info = await local_engine.info()
+    assert info.available
+    expected = capabilities.detect().paths()
+    assert info.options["process_paths"] == expected
+    forced = capabilities.forced_portable(os.environ.get(capabilities.FORCE_VARIABLE))
+    assert {name for name, path in expected.items() if path == "portable"} >= forced
 
 
 async def test_on_linux_it_is_available(local_engine: LocalEngine) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from distrun.core.job import Job
 from distrun.core.logs import LogBatch
-from distrun.engines.local import inotify
+from distrun.engines.local import capabilities, inotify
 from distrun.engines.local.engine import LocalEngine
 from tests.reliability.helpers import spec
 
@@ -149,6 +149,8 @@ async def test_following_without_inotify_polls_and_still_gets_every_line(
 async def test_the_last_follower_leaving_removes_every_inotify_watch(
     local_engine: LocalEngine,
 ) -> None:
+    if not capabilities.current().inotify:
+        pytest.skip("inotify is on its portable path here (DISTRUN_LOCAL_PORTABLE): no watches")
     jobs = [await local_engine.submit(spec(SLOW_CODE, replicas=2), "alice") for _ in range(3)]
     collectors = [Collector() for _ in jobs]
     await asyncio.wait_for(

@@ -33,7 +33,7 @@ from distrun.core.job import Job, JobState
 from distrun.core.logs import Cursor, JobUpdate, LogBatch, LogEvent, LogLine, PartialUpdate
 from distrun.core.spec import JobSpec, Limits, check_relative_path
 from distrun.engines.cursors import selected_replicas, start_seqs
-from distrun.engines.local import inotify
+from distrun.engines.local import capabilities, inotify
 from distrun.engines.local.inherited_env import inherited_env
 from distrun.engines.local.jobdir import (
     JobFiles,
@@ -53,7 +53,11 @@ from distrun.engines.local.logstore import (
     read_partial,
 )
 from distrun.engines.local.private_files import make_private_dir, write_private
-from distrun.engines.local.processes import kill_job_processes, process_start_time
+from distrun.engines.local.processes import (
+    kill_job_processes,
+    process_start_time,
+    start_clock,
+)
 from distrun.engines.protocol import EngineInfo
 
 LOST_REASON = "lost: the supervisor process died (was the machine restarted?)"
@@ -100,7 +104,9 @@ class LocalEngine:
         self._submit_lock = asyncio.Lock()
         self._watchers: dict[str, _JobWatcher] = {}
         # One descriptor for the engine's life (None: poll instead), read once a job is followed.
-        self._inotify_instance = inotify.Inotify.create()
+        self._inotify_instance = (
+            inotify.Inotify.create() if capabilities.current().inotify else None
+        )
         # wd -> (handler, whether the watch is one-shot, gone after its first event)
         self._inotify_handlers: dict[int, tuple[Callable[[int, int], None], bool]] = {}
 
@@ -111,7 +117,11 @@ class LocalEngine:
             description="Runs every replica as a process on the Jupyter server's own machine.",
             available=unsupported is None,
             reason=unsupported,
-            options={"python": self.python, "nice": self.nice},
+            options={
+                "python": self.python,
+                "nice": self.nice,
+                "process_paths": capabilities.current().paths() if unsupported is None else {},
+            },
         )
 
     async def submit(self, spec: JobSpec, owner: str) -> Job:
@@ -286,8 +296,10 @@ class LocalEngine:
         except OSError as error:
             self._settle(files, JobState.FAILED, f"could not start the supervisor: {error}")
             raise EngineError(f"could not start the job's supervisor: {error}") from None
-        started = process_start_time(process.pid)
-        write_json_atomic(files.supervisor, {"pid": process.pid, "start_time": started})
+        clock = start_clock()
+        started = process_start_time(process.pid, clock)
+        record = {"pid": process.pid, "start_time": started, "clock": clock}
+        write_json_atomic(files.supervisor, record)
         # Reap it when it ends, so it never lingers as a zombie of this server.
         threading.Thread(target=process.wait, name=f"reap-{process.pid}", daemon=True).start()
 
@@ -338,7 +350,7 @@ class LocalEngine:
         except (OSError, ValueError, TypeError):
             return bool(time.time() - job["created_at"] < _LAUNCH_WINDOW_SECONDS)
         started = supervisor["start_time"]  # None: it had ended before it was recorded
-        return started is not None and process_start_time(supervisor["pid"]) == started
+        return started is not None and _started_at(supervisor) == started
 
     def _settle(self, files: JobFiles, state: JobState, reason: str | None) -> JobStatus:
         """Finishes a job whose supervisor is gone: kills whatever is left of its processes
@@ -380,12 +392,21 @@ class LocalEngine:
     def _signal_supervisor(self, files: JobFiles, signum: int) -> None:
         try:
             supervisor = read_json(files.supervisor)
-            pidfd = os.pidfd_open(supervisor["pid"])
         except (OSError, ValueError, TypeError):
+            return
+        if not capabilities.current().pidfd:
+            # Checked, then signalled: a pid reused in between would get it (portable.py).
+            if _started_at(supervisor) == supervisor["start_time"]:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(supervisor["pid"], signum)
+            return
+        try:
+            pidfd = os.pidfd_open(supervisor["pid"])
+        except (OSError, TypeError):
             return
         try:
             # Through a pidfd checked against the recorded start time: a reused pid is safe.
-            if process_start_time(supervisor["pid"]) == supervisor["start_time"]:
+            if _started_at(supervisor) == supervisor["start_time"]:
                 signal.pidfd_send_signal(pidfd, signum)
         except ProcessLookupError:
             pass
@@ -700,13 +721,23 @@ class _JobWatcher:
 
 def unsupported_platform_reason() -> str | None:
     """Why this machine cannot run the local engine, or None. Its supervisor owns replicas
-    through Linux's pidfds, /proc and PR_SET_PDEATHSIG (Linux 5.3 or later)."""
-    if sys.platform.startswith("linux") and hasattr(os, "pidfd_open"):
+    through Linux's pidfds, /proc and PR_SET_PDEATHSIG where they work, and otherwise through
+    what POSIX and psutil give (capabilities.py): any POSIX system but Windows."""
+    if os.name == "posix":
+        try:
+            capabilities.current()
+        except SpecError as error:  # a DISTRUN_LOCAL_PORTABLE that names no capability
+            return str(error)
         return None
     return (
-        f"the local engine runs on Linux only (5.3 or later) and this server runs on "
-        f"{sys.platform}: use a Kubernetes engine, or run JupyterLab in a Linux container"
+        f"the local engine needs a POSIX system (Linux, macOS) and this server runs on "
+        f"{sys.platform}: use a Kubernetes engine, or run JupyterLab in WSL or a Linux container"
     )
+
+
+def _started_at(supervisor: dict[str, Any]) -> int | None:
+    """The supervisor's start time now, by the clock it was recorded with."""
+    return process_start_time(supervisor["pid"], supervisor.get("clock", "proc"))
 
 
 def _fingerprint(path: str) -> object:

@@ -1,22 +1,38 @@
-"""The local engine's process handling on Linux: starting a replica in its own process group
-that dies with its supervisor, finding every process a job left behind (through /proc and
-pidfds), and describing how a process ended."""
+"""The local engine's process handling: starting a replica in its own process group that dies
+with its supervisor, finding every process a job left behind, and describing how a process
+ended. The Linux path (/proc, pidfds, PR_SET_PDEATHSIG) where each works, else the portable
+one (portable.py, loaded only then); capabilities.py says which."""
 
 import contextlib
 import ctypes
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from distrun.engines.local import capabilities
+
 _PR_SET_PDEATHSIG = 1
 
 
-def process_start_time(pid: int) -> int | None:
-    """The start time (clock ticks after boot) of a live, non-zombie `pid`; None otherwise.
-    With the pid, it names a process uniquely: a reused pid has another start time."""
+def start_clock() -> str:
+    """How this process reads start times: "proc" (clock ticks after boot) or "psutil"
+    (milliseconds since the epoch). Recorded beside a start time, so that a reader that reads
+    them otherwise (a server restarted with other capabilities) still compares like with like."""
+    return "proc" if capabilities.current().proc else "psutil"
+
+
+def process_start_time(pid: int, clock: str | None = None) -> int | None:
+    """The start time of a live, non-zombie `pid` by `clock` (default: `start_clock()`); None
+    otherwise. With the pid, it names a process uniquely: a reused pid has another start
+    time."""
+    if (clock or start_clock()) == "psutil":
+        from distrun.engines.local import portable
+
+        return portable.start_time(pid)
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
@@ -32,6 +48,11 @@ def kill_job_processes(job_id: str) -> int:
     started with `setsid`, say): every process that carries DISTRUN_JOB_ID=job_id in its
     environment, as a pod's end would stop everything in its container. Scans again until none
     is left, since one may fork meanwhile; returns how many were killed."""
+    linux = capabilities.current()
+    if not (linux.proc and linux.pidfd):
+        from distrun.engines.local import portable
+
+        return portable.kill_marked(job_id)
     marker = f"DISTRUN_JOB_ID={job_id}".encode()
     killed = 0
     for _ in range(10):
@@ -65,6 +86,22 @@ def _kill_if_marked(pid: int, marker: bytes) -> bool:
         return False
     finally:
         os.close(pidfd)
+
+
+def start_guard(job_id: str, status_file: Path) -> "subprocess.Popen[bytes] | None":
+    """Where replicas cannot get PR_SET_PDEATHSIG, a guard process that kills what the job left
+    once this supervisor is gone (portable.guard); None where the kernel does it."""
+    if capabilities.current().pdeathsig:
+        return None
+    argv = [sys.executable, "-m", "distrun.engines.local.portable"]
+    package_parent = str(Path(__file__).resolve().parents[3])  # where `distrun` is
+    path = os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))
+    return subprocess.Popen(
+        [*argv, str(os.getpid()), job_id, str(status_file)],
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": path},
+        start_new_session=True,  # not in a replica's group, not stopped with one
+    )
 
 
 def describe_exit(code: int) -> str:
@@ -116,9 +153,12 @@ def _own_group_dying_with(parent: int) -> Callable[[], None]:
     outlives it. Not a session of its own: that would be a scheduling group of its own too."""
     libc = ctypes.CDLL(None, use_errno=True)
 
+    death_signal = capabilities.current().pdeathsig  # else the supervisor's guard does it
+
     def set_group_and_parent_death_signal() -> None:
         os.setpgid(0, 0)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if death_signal:
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the supervisor died before prctl took effect
             os.kill(os.getpid(), signal.SIGKILL)
 

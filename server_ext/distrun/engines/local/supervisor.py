@@ -20,7 +20,7 @@ from pathlib import Path
 from distrun.core.job import JobState
 from distrun.engines.local.jobdir import JobFiles, JobStatus, read_json, write_json_atomic
 from distrun.engines.local.launch import Launch
-from distrun.engines.local.processes import kill_job_processes
+from distrun.engines.local.processes import kill_job_processes, start_guard
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     files = JobFiles(Path(args[0]))
     try:
         launch = Launch(files)
+        start_guard(launch.job_id, files.status)
         launch.start()
     except Exception as error:
         _record_launch_failure(files, error)

@@ -16,6 +16,8 @@ from distrun.core.frameworks import FRAMEWORKS
 from distrun.core.job import JobState, ReplicaStatus
 from distrun.core.logs import PARTIAL_MAX_CHARS
 from distrun.core.terminal import last_redraws, visible_line
+from distrun.engines.local import capabilities
+from distrun.engines.local.exits import ExitWatcher
 from distrun.engines.local.jobdir import JobFiles, JobStatus, write_json_atomic
 from distrun.engines.local.launch import Launch
 from distrun.engines.local.logstore import (
@@ -138,6 +140,7 @@ class Supervisor:
         self._outcome: asyncio.Future[None] | None = None
         self._stop_state = JobState.CANCELLED
         self._stop_reason = ""
+        self._exits = ExitWatcher(self._on_exit)  # used where pidfds are not
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -186,10 +189,13 @@ class Supervisor:
         replica.process = spawned.process
         os.set_blocking(spawned.pipe, False)
         replica.pipe = spawned.pipe
-        replica.pidfd = os.pidfd_open(spawned.process.pid)
         replica.exited = asyncio.Event()
         loop.add_reader(spawned.pipe, self._on_output, replica)
-        loop.add_reader(replica.pidfd, self._on_exit, replica)
+        if capabilities.current().pidfd:
+            replica.pidfd = os.pidfd_open(spawned.process.pid)
+            loop.add_reader(replica.pidfd, self._on_exit, replica)
+        else:
+            self._exits.watch(replica)
         replica.hung_reason = None
         if self.spec.startup_timeout_seconds is not None:
             replica.startup_timer = loop.call_later(
@@ -258,12 +264,12 @@ class Supervisor:
             replica.log(replica.splitter.feed(data))
 
     def _on_exit(self, replica: _Replica) -> None:
-        assert replica.process is not None and replica.pidfd is not None
+        assert replica.process is not None
         exited = replica.exited  # a restart gives the replica a new one
-        loop = asyncio.get_running_loop()
-        loop.remove_reader(replica.pidfd)
-        os.close(replica.pidfd)
-        replica.pidfd = None
+        if replica.pidfd is not None:
+            asyncio.get_running_loop().remove_reader(replica.pidfd)
+            os.close(replica.pidfd)
+            replica.pidfd = None
         self._cancel_startup_timer(replica)
         pid = replica.process.pid
         # Still a zombie, so its pid cannot be reused yet: clear out anything it left behind
