@@ -348,6 +348,27 @@ async def test_cancel_kills_every_replica_process_group(local_engine: LocalEngin
     assert again.state == JobState.CANCELLED and again.finished_at == cancelled.finished_at
 
 
+async def test_cancel_kills_a_process_that_left_its_replicas_process_group_with_setsid(
+    local_engine: LocalEngine,
+) -> None:
+    """A process in a session of its own escapes every process-group signal: it is found by
+    the job's mark in its environment (/proc on Linux, psutil on the portable path)."""
+    code = """
+        import subprocess, sys, time
+        escaped = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True
+        )
+        print("escaped", escaped.pid, flush=True)
+        time.sleep(120)
+    """
+    job = await local_engine.submit(spec(code), "alice")
+    [line] = await wait_for_lines(local_engine, job, 1)
+    escaped = int(line.text.split()[1])
+    assert os.getsid(escaped) == escaped  # a session of its own: no group signal reaches it
+    await local_engine.cancel(job.id, "alice")
+    await wait_until(lambda: gone(escaped), "the escaped process ends")
+
+
 @pytest.mark.parametrize("nice", [10, 0])
 async def test_replicas_run_at_the_engines_niceness_in_the_supervisors_scheduling_group(
     make_local_engine: EngineFactory, nice: int
