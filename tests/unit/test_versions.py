@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 import distrun
+from distrun.engines.local import capabilities
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = json.loads((ROOT / "package.json").read_text())["version"]
@@ -26,7 +27,11 @@ def test_the_cli_prints_it() -> None:
         text=True,
     )
     assert printed.returncode == 0, printed.stderr
-    assert printed.stdout.strip() == f"distrun {VERSION}"
+    version, local_engine = printed.stdout.strip().split("\n")
+    assert version == f"distrun {VERSION}"
+    # and which path each capability of the local engine takes here
+    paths = capabilities.detect().paths()
+    assert local_engine == "local engine: " + ", ".join(f"{k} {v}" for k, v in paths.items())
 
 
 def test_the_api_document_the_chart_and_its_images_carry_it() -> None:

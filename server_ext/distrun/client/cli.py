@@ -47,6 +47,7 @@ from distrun.client.console import (
 from distrun.core.errors import DistrunError, SpecError
 from distrun.core.spec import JobSpec, Limits
 from distrun.core.version import distrun_version
+from distrun.engines.local import capabilities
 
 ROLE_FLAGS = {  # role -> its flags; plural forms as the %%distrun magic accepts them
     "master": ("--master", "--masters"),
@@ -151,12 +152,30 @@ def _add_backend_flags(parser: argparse.ArgumentParser, default: Any) -> None:
                        help="the local engine's state directory (without --url)")  # fmt: skip
 
 
+def version_text() -> str:
+    """The version, and which path each of the local engine's capabilities takes here."""
+    try:
+        paths = capabilities.current().paths()
+    except SpecError as error:  # a DISTRUN_LOCAL_PORTABLE that names no capability
+        return f"distrun {distrun_version()}\nlocal engine: {error}"
+    taken = ", ".join(f"{name} {path}" for name, path in paths.items())
+    return f"distrun {distrun_version()}\nlocal engine: {taken}"
+
+
+class _PrintVersion(argparse.Action):
+    """argparse's version action, without its re-wrapping of the lines."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> None:
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="distrun",
         description="Run a notebook cell as a distributed training job and follow its logs.",
     )
-    parser.add_argument("--version", action="version", version=f"distrun {distrun_version()}")
+    parser.add_argument("--version", action=_PrintVersion, nargs=0, help="print the version")
     _add_backend_flags(parser, None)
     # Subcommands accept the backend flags too; SUPPRESS keeps them from resetting the above.
     backend = argparse.ArgumentParser(add_help=False)
