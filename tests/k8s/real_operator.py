@@ -1,0 +1,111 @@
+"""Helpers for tests whose pods and job conditions come from the real Training Operator
+(fixture `operator_namespace`): the test decides only what a container prints (`pod_log`,
+registered under the pod name the operator will give) and how it exits (kwok's annotation)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from distrun.core import jobids
+from distrun.core.job import Job
+from distrun.core.spec import JobSpec
+from distrun.engines.kube.engine import KubeEngine
+
+from .cluster import KubeCluster, PodLog
+
+WAIT = 90.0  # seconds: generous, the machine may be loaded
+EXIT_ANNOTATION = "kwok.distrun.test/exit-code"
+MESSAGE_ANNOTATION = "kwok.distrun.test/message"
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+V1_PLURALS = ("pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs", "mpijobs")
+
+
+async def job_pods(api: Any, namespace: str, job_id: str) -> dict[str, Any]:
+    """The operator's pods of the job, by replica name (`{role}-{index}`)."""
+    listed = await client.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector=f"{JOB_NAME_LABEL}={job_id}"
+    )
+    pods = {}
+    for pod in listed.items:
+        labels = pod.metadata.labels
+        role = labels["training.kubeflow.org/replica-type"]
+        index = labels.get("training.kubeflow.org/replica-index", "0")  # MPI's launcher: none
+        pods[f"{role}-{index}"] = pod
+    return pods
+
+
+async def end_pods(
+    core: Any, namespace: str, pods: dict[str, Any], exits: dict[str, str] | None = None
+) -> None:
+    """Has kwok end each replica's container with its exit code (default 0). A pod already
+    gone is fine: once the job has ended, the operator deletes the pods still running
+    (cleanPodPolicy Running). Failing replicas end first: a PyTorchJob succeeds as soon as
+    its master does."""
+    codes = {replica: (exits or {}).get(replica, "0") for replica in pods}
+    for replica in sorted(pods, key=lambda name: codes[name] == "0"):
+        await end_pod(core, namespace, pods[replica].metadata.name, codes[replica])
+
+
+async def end_pod(core: Any, namespace: str, name: str, code: str, message: str = "") -> None:
+    """Has kwok end the pod's container with exit code `code` (and `message` as the
+    terminated container's message, when given); a pod already gone is fine."""
+    annotations = {EXIT_ANNOTATION: code} | ({MESSAGE_ANNOTATION: message} if message else {})
+    try:
+        await core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}})
+    except client.exceptions.ApiException as error:
+        if error.status != 404:
+            raise
+
+
+async def submit_with_logs(
+    cluster: KubeCluster,
+    engine: KubeEngine,
+    job_spec: JobSpec,
+    monkeypatch: pytest.MonkeyPatch,
+    lines: dict[str, tuple[str, ...]] | None = None,
+) -> tuple[Job, dict[str, PodLog]]:
+    """alice's job of `job_spec`, with a log registered for every replica's pod before the
+    operator makes it (the id is drawn first, then given to the engine, to know the pods'
+    names), holding `lines` of the replicas named there."""
+    job_id = jobids.new_job_id(job_spec.name)
+    namespace = engine.namespace_for("alice")
+    logs = {
+        replica: cluster.pod_log(namespace, f"{job_id}-{replica}")
+        for replica in job_spec.replica_names()
+    }
+    for replica, written in (lines or {}).items():
+        logs[replica].write(*written)
+    with monkeypatch.context() as patch:
+        patch.setattr(jobids, "new_job_id", lambda _name: job_id)
+        job = await engine.submit(job_spec, "alice")
+    return job, logs
+
+
+async def clear_v1_jobs(api: Any, namespace: str) -> None:
+    """Deletes every Training Operator v1 job of `namespace` and waits until they are gone
+    (with their pods: foreground deletion), so a test there sees only its own."""
+    custom = client.CustomObjectsApi(api)
+    body = {"propagationPolicy": "Foreground"}
+    for plural in V1_PLURALS:
+        await custom.delete_collection_namespaced_custom_object(
+            "kubeflow.org", "v1", namespace, plural, body=body
+        )
+    deadline = time.monotonic() + WAIT
+    while True:
+        left = [
+            item["metadata"]["name"]
+            for plural in V1_PLURALS
+            for item in (
+                await custom.list_namespaced_custom_object("kubeflow.org", "v1", namespace, plural)
+            )["items"]
+        ]
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the jobs {left} of {namespace} were never deleted")
+        await asyncio.sleep(0.3)
