@@ -242,7 +242,7 @@ async def test_status_follows_the_operators_conditions(
     stored = await get_custom(kube_admin, operator_namespace, PYTORCHJOBS, job.id)
     [condition] = [c for c in stored["status"]["conditions"] if c["type"] == "Failed"]
     assert failed.state == JobState.FAILED
-    assert failed.reason == condition["message"] and "Worker" in condition["message"]
+    assert failed.reason == condition["message"] and "has failed" in condition["message"]
 
 
 async def test_pending_pod_reason_is_given_in_words(
