@@ -23,13 +23,14 @@ import pytest
 from .binaries import Binaries, BuildError, ensure_all
 from .cluster import KubeCluster
 from .controller_builds import ControllerBinaries, ensure_controllers
-from .controllers import start_kueue, start_training_operator
+from .controllers import start_kueue, start_training_operator, stop_training_operator
 from .distrun_server import (
     DistrunServer,
     delete_user_jobs,
     engine_config,
     prepare_server_identity,
     running,
+    user_namespace,
 )
 from .real_controllers import start_job_controller, start_jobset, start_trainer, start_volcano
 
@@ -130,6 +131,22 @@ def operator_namespace(kube_cluster: KubeCluster) -> str:
     kube_cluster.create_namespace(name)
     start_training_operator(kube_cluster, kube_cluster.binaries.training_operator, name)
     return name
+
+
+@pytest.fixture(scope="module")
+def alice_operator(kube_cluster: KubeCluster, operator_namespace: str) -> Iterator[str]:
+    """The real Training Operator reconciling alice's namespace of the server processes
+    (`distrun-alice`) for one module, which it returns; started after the session's operator,
+    which serves the webhooks. The modules without it make the pods there by hand."""
+    namespace = user_namespace("alice")
+    core = kubernetes.client.CoreV1Api(kube_cluster.admin)
+    if namespace not in {item.metadata.name for item in core.list_namespace().items}:
+        kube_cluster.create_namespace(namespace)
+    operator = start_training_operator(
+        kube_cluster, kube_cluster.binaries.training_operator, namespace
+    )
+    yield namespace
+    stop_training_operator(kube_cluster, operator)
 
 
 KUEUE_QUEUE = "team-a"

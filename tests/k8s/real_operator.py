@@ -5,9 +5,12 @@ registered under the pod name the operator will give) and how it exits (kwok's a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
+import kubernetes
 import pytest
 from kubernetes_asyncio import client
 
@@ -16,7 +19,7 @@ from distrun.core.job import Job
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.engine import KubeEngine
 
-from .cluster import KubeCluster, PodLog
+from .cluster import NODES, KubeCluster, PodLog
 
 WAIT = 90.0  # seconds: generous, the machine may be loaded
 EXIT_ANNOTATION = "kwok.distrun.test/exit-code"
@@ -109,3 +112,47 @@ async def clear_v1_jobs(api: Any, namespace: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"the jobs {left} of {namespace} were never deleted")
         await asyncio.sleep(0.3)
+
+
+@contextlib.contextmanager
+def pods_held(cluster: KubeCluster) -> Iterator[None]:
+    """Every node cordoned inside the block: the operator's pods made then stay Pending,
+    Unschedulable, until it ends (so a test through a server process, which learns the job's
+    id only once it is submitted, registers its pods' logs before they run)."""
+    core = kubernetes.client.CoreV1Api(cluster.admin)
+
+    def cordon(unschedulable: bool) -> None:
+        for node in NODES:
+            core.patch_node(node.name, {"spec": {"unschedulable": unschedulable}})
+
+    cordon(True)
+    try:
+        yield
+    finally:
+        cordon(False)
+
+
+def register_logs(
+    cluster: KubeCluster, namespace: str, job_id: str, lines: dict[str, tuple[str, ...]]
+) -> dict[str, PodLog]:
+    """The logs of the job's pods named in `lines` ("master-0": what it prints first)."""
+    logs = {replica: cluster.pod_log(namespace, f"{job_id}-{replica}") for replica in lines}
+    for replica, written in lines.items():
+        logs[replica].write(*written)
+    return logs
+
+
+async def succeed(api: Any, namespace: str, job_id: str) -> None:
+    """Every pod of the job ends with exit code 0, one after the other and the master last
+    (each waited for): the operator, which ends the job when its master succeeds, then finds
+    no pod still running to delete, and every log stays readable."""
+    core = client.CoreV1Api(api)
+    pods = await job_pods(api, namespace, job_id)
+    for replica in sorted(pods, key=lambda name: name.startswith("master")):
+        name = pods[replica].metadata.name
+        await end_pod(core, namespace, name, "0")
+        deadline = time.monotonic() + WAIT
+        while (await core.read_namespaced_pod(name, namespace)).status.phase != "Succeeded":
+            if time.monotonic() > deadline:
+                raise AssertionError(f"pod {name} never succeeded")
+            await asyncio.sleep(0.2)
