@@ -23,7 +23,7 @@ import pytest
 from .binaries import Binaries, BuildError, ensure_all
 from .cluster import KubeCluster
 from .controller_builds import ControllerBinaries, ensure_controllers
-from .controllers import start_kueue, start_training_operator, stop_training_operator
+from .controllers import start_kueue, start_training_operator, training_operator_for
 from .distrun_server import (
     DistrunServer,
     delete_user_jobs,
@@ -139,14 +139,8 @@ def alice_operator(kube_cluster: KubeCluster, operator_namespace: str) -> Iterat
     (`distrun-alice`) for one module, which it returns; started after the session's operator,
     which serves the webhooks. The modules without it make the pods there by hand."""
     namespace = user_namespace("alice")
-    core = kubernetes.client.CoreV1Api(kube_cluster.admin)
-    if namespace not in {item.metadata.name for item in core.list_namespace().items}:
-        kube_cluster.create_namespace(namespace)
-    operator = start_training_operator(
-        kube_cluster, kube_cluster.binaries.training_operator, namespace
-    )
-    yield namespace
-    stop_training_operator(kube_cluster, operator)
+    with training_operator_for(kube_cluster, namespace):
+        yield namespace
 
 
 KUEUE_QUEUE = "team-a"

@@ -10,10 +10,12 @@ operator watches, where an operator would make a second set beside theirs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import ssl
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +97,20 @@ def stop_training_operator(cluster: KubeCluster, component: Component) -> None:
     which serves the webhooks); what it made stays."""
     cluster.components.remove(component)
     component.stop()
+
+
+@contextlib.contextmanager
+def training_operator_for(cluster: KubeCluster, namespace: str) -> Iterator[None]:
+    """A Training Operator reconciling `namespace` (created if need be) inside the block; not
+    the cluster's first (that one serves the webhooks and is never stopped)."""
+    core = kubernetes.client.CoreV1Api(cluster.admin)
+    if not exists(lambda: core.read_namespace(namespace)):
+        cluster.create_namespace(namespace)
+    operator = start_training_operator(cluster, cluster.binaries.training_operator, namespace)
+    try:
+        yield
+    finally:
+        stop_training_operator(cluster, operator)
 
 
 def _webhooks_served(port: int, paths: tuple[str, ...]) -> bool:

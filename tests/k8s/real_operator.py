@@ -156,3 +156,13 @@ async def succeed(api: Any, namespace: str, job_id: str) -> None:
             if time.monotonic() > deadline:
                 raise AssertionError(f"pod {name} never succeeded")
             await asyncio.sleep(0.2)
+
+
+async def operator_pods(api: Any, namespace: str, job_id: str, count: int) -> dict[str, Any]:
+    """The job's pods once the operator has made `count` of them."""
+    deadline = time.monotonic() + WAIT
+    while len(pods := await job_pods(api, namespace, job_id)) < count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the operator made {sorted(pods)} of {count} pods")
+        await asyncio.sleep(0.2)
+    return pods
