@@ -225,6 +225,23 @@ async def restart_container(
     return new_log
 
 
+async def end_restarted_container(api: Any, namespace: str, pod: str, exit_code: int = 0) -> None:
+    """The restarted container ends for good and the pod with it, as the kubelet reports it
+    (kwok's own exit would report the container as never restarted)."""
+    current = await read_pod(api, namespace, pod)
+    (status,) = current["status"]["containerStatuses"]
+    started = status["state"].get("running", {}).get("startedAt", now())
+    reason = "Completed" if exit_code == 0 else "Error"
+    ended = {"exitCode": exit_code, "reason": reason, "startedAt": started, "finishedAt": now()}
+    await set_container_status(
+        api,
+        namespace,
+        pod,
+        {**status, "ready": False, "started": False, "state": {"terminated": ended}},
+        phase="Succeeded" if exit_code == 0 else "Failed",
+    )
+
+
 def _swap_logs(
     cluster: KubeCluster, namespace: str, pod: str, restarts: int
 ) -> tuple[Path, PodLog]:
