@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -18,14 +20,23 @@ from distrun.core import jobids
 from distrun.core.job import Job
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.engine import KubeEngine
+from distrun.engines.kube.logs import read_ledger
 
-from .cluster import NODES, KubeCluster, PodLog
+from .cluster import KWOK_LOGS, NODES, KubeCluster, PodLog
 
 WAIT = 90.0  # seconds: generous, the machine may be loaded
 EXIT_ANNOTATION = "kwok.distrun.test/exit-code"
 MESSAGE_ANNOTATION = "kwok.distrun.test/message"
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+PYTORCHJOBS = "kubeflow.org/v1/pytorchjobs"  # as get_custom names a custom resource
 V1_PLURALS = ("pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs", "mpijobs")
+
+
+async def get_custom(api: Any, namespace: str, group_version_plural: str, name: str) -> Any:
+    group, version, plural = group_version_plural.split("/")
+    return await client.CustomObjectsApi(api).get_namespaced_custom_object(
+        group, version, namespace, plural, name
+    )
 
 
 async def job_pods(api: Any, namespace: str, job_id: str) -> dict[str, Any]:
@@ -166,3 +177,27 @@ async def operator_pods(api: Any, namespace: str, job_id: str, count: int) -> di
             raise AssertionError(f"the operator made {sorted(pods)} of {count} pods")
         await asyncio.sleep(0.2)
     return pods
+
+
+def fresh_log(cluster: KubeCluster, namespace: str, pod: str) -> PodLog:
+    """A new, empty log for the pod named `pod`, for the pod the operator made again under the
+    same name (kwok serves a pod's log by its name): the test calls it while that pod waits."""
+    custom = kubernetes.client.CustomObjectsApi(cluster.admin)
+    group, version, plural = KWOK_LOGS
+    logs = custom.get_namespaced_custom_object(group, version, namespace, plural, pod)
+    (entry,) = logs["spec"]["logs"]
+    old = Path(entry["logsFile"])
+    log = PodLog(old.with_name(f"{old.stem}.{len(list(old.parent.iterdir()))}.log"))
+    log.path.touch()
+    entry["logsFile"] = str(log.path)
+    custom.replace_namespaced_custom_object(group, version, namespace, plural, pod, logs)
+    return log
+
+
+async def ledger_counts(api: Any, namespace: str, job_id: str, replica: str) -> list[int]:
+    """The line counts of the replica's runs that distrun has recorded in its job's ledger."""
+    configmap = await client.CoreV1Api(api).read_namespaced_config_map(
+        job_id, namespace, _preload_content=False
+    )
+    ledger = read_ledger(json.loads(await configmap.read()))
+    return [int(lines) for _, lines in ledger.get(replica, [])]

@@ -1,8 +1,7 @@
 """The Kubernetes engines against a real kube-apiserver with the operators' real CRDs, RBAC,
 the garbage collector and kwok pods. Where a test needs pods, the real Training Operator makes
 them and sets the job's conditions (fixture `operated`, in the namespace it reconciles); the
-test decides only what a container prints and how it exits, and kwok runs it. One test still
-makes its pods by hand (operator_sim.py): a worker replaced by a pod of another name."""
+test decides only what a container prints and how it exits, and kwok runs it."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from distrun.core.errors import Forbidden, NotFound
-from distrun.core.job import Job, JobState
+from distrun.core.job import JobState
 from distrun.core.logs import JobUpdate, LogBatch, LogLine, PartialUpdate
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.engine import KubeEngine
@@ -25,15 +24,20 @@ from distrun.engines.kube.trainer import TrainerEngine
 from distrun.engines.kube.volcano import VolcanoEngine
 
 from ..reliability.helpers import first_batch
-from .cluster import KubeCluster, PodLog
-from .operator_sim import (
+from .cluster import KubeCluster
+from .real_operator import (
     PYTORCHJOBS,
-    create_pod,
+    clear_v1_jobs,
+    end_pod,
+    fresh_log,
     get_custom,
-    pytorch_pod_labels,
-    set_job_conditions,
+    job_pods,
+    ledger_counts,
+    operator_pods,
+    pods_held,
+    submit_with_logs,
+    succeed,
 )
-from .real_operator import clear_v1_jobs, end_pod, job_pods, submit_with_logs
 
 pytestmark = pytest.mark.kubernetes
 
@@ -93,33 +97,6 @@ async def is_gone(read: Callable[[], Any]) -> bool:
     except client.exceptions.ApiException as error:
         return error.status == 404
     return False
-
-
-async def submit_pytorchjob(
-    engine: KubeEngine, api: Any, namespace: str, **fields: Any
-) -> tuple[Job, dict[str, Any]]:
-    """alice's job of `spec(**fields)` on the Kubeflow engine, and the PyTorchJob the API server
-    stores for it (the owner of its pods)."""
-    job = await engine.submit(spec(**fields), "alice")
-    return job, await get_custom(api, namespace, PYTORCHJOBS, job.id)
-
-
-async def pytorch_pod(
-    cluster: KubeCluster, api: Any, owner: dict[str, Any], role: str, **fields: Any
-) -> PodLog:
-    """Replica `role`-0 of the PyTorchJob `owner`, as the operator makes it (`name` may be
-    given, as for a replacement pod)."""
-    job_id = owner["metadata"]["name"]
-    fields.setdefault("name", f"{job_id}-{role}-0")
-    return await create_pod(
-        cluster,
-        api,
-        owner,
-        labels=pytorch_pod_labels(job_id, role, 0),
-        container="pytorch",
-        restart_policy="Never",
-        **fields,
-    )
 
 
 async def collect(events: AsyncIterator[Any], until: Callable[[list[Any]], bool]) -> list[Any]:
@@ -260,72 +237,71 @@ async def test_pending_pod_reason_is_given_in_words(
     assert pending.reason.startswith("master-0: Unschedulable")
 
 
+async def replace_worker(
+    cluster: KubeCluster, api: Any, namespace: str, job_id: str, pod: Any
+) -> None:
+    """worker-0's pod exits 137 (retryable); once distrun has counted its two lines, the pod
+    the operator makes again under its name prints "w2"."""
+    name = pod.metadata.name
+    with pods_held(cluster):
+        await end_pod(client.CoreV1Api(api), namespace, name, "137")
+        await eventually(
+            lambda: ledger_counts(api, namespace, job_id, "worker-0"),
+            lambda counts: counts == [2],
+            "distrun to count the first run's lines",
+        )
+        await eventually(
+            lambda: job_pods(api, namespace, job_id),
+            lambda pods: "worker-0" in pods and pods["worker-0"].metadata.uid != pod.metadata.uid,
+            "the operator to make worker-0 again",
+        )
+        fresh_log(cluster, namespace, name).write("w2")
+
+
 # --- logs -----------------------------------------------------------------------------------
 
 
 async def test_follow_picks_up_late_and_replaced_pods_and_seqs_continue(
-    kube_cluster: KubeCluster, engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
+    kube_cluster: KubeCluster,
+    operated: KubeflowEngine,
+    kube_admin: Any,
+    operator_namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    engine = engines["kubeflow"]
-    job, owner = await submit_pytorchjob(
-        engine, kube_admin, kube_namespace, roles={"worker": {"replicas": 1}}
-    )
-    events = engine.follow(job.id, "alice")
-    seen: list[Any] = []
-    done = asyncio.Event()
+    """The pods start after the follow began (held Pending a while); the worker's first pod
+    exits with a retryable code, the operator (restartPolicy ExitCode, one retry allowed) makes
+    it again."""
+    engine, namespace = operated, operator_namespace
+    job_spec = spec(roles={"worker": {"replicas": 1}}, restart_policy="ExitCode", backoff_limit=1)
+    with pods_held(kube_cluster):
+        job, logs = await submit_with_logs(
+            kube_cluster, engine, job_spec, monkeypatch,
+            {"master-0": ("m0", "m1"), "worker-0": ("w0", "w1")},
+        )  # fmt: skip
+        seen: list[Any] = []
+        done = asyncio.Event()
 
-    async def consume() -> None:
-        async for event in events:
-            seen.append(event)
-        done.set()
+        async def consume() -> None:
+            async for event in engine.follow(job.id, "alice"):
+                seen.append(event)
+            done.set()
 
-    consumer = asyncio.create_task(consume())
+        consumer = asyncio.create_task(consume())
+        first = await operator_pods(kube_admin, namespace, job.id, 2)
     try:
-        # The master starts late (after the follow began) and stays Pending for a second.
-        master_log = await pytorch_pod(
-            kube_cluster,
-            kube_admin,
-            owner,
-            "master",
-            lines=("m0", "m1"),
-            annotations={"kwok.distrun.test/start-after": "1s"},
-        )
-        # The worker's first pod fails after two lines; the operator replaces it.
-        await pytorch_pod(
-            kube_cluster,
-            kube_admin,
-            owner,
-            "worker",
-            lines=("w0", "w1"),
-            annotations={"kwok.distrun.test/exit-code": "1"},
-        )
         await eventually(
-            lambda: asyncio.sleep(0, [l.text for l in lines_of(seen)]),
+            lambda: now([l.text for l in lines_of(seen)]),
             lambda texts: {"m0", "m1", "w0", "w1"} <= set(texts),
             "the first lines of both replicas",
         )
+        await replace_worker(kube_cluster, kube_admin, namespace, job.id, first["worker-0"])
+        logs["master-0"].write("m2")
         await eventually(
-            lambda: engine.get_job(job.id, "alice"),
-            lambda j: j.replicas[1].state == JobState.FAILED,
-            "worker-0's first pod to fail",
-        )
-        core = client.CoreV1Api(kube_admin)
-        await core.delete_namespaced_pod(f"{job.id}-worker-0", kube_namespace)
-        await pytorch_pod(
-            kube_cluster,
-            kube_admin,
-            owner,
-            "worker",
-            name=f"{job.id}-worker-0-retry",
-            lines=("w2",),
-        )
-        master_log.write("m2")
-        await eventually(
-            lambda: asyncio.sleep(0, [l.text for l in lines_of(seen)]),
+            lambda: now([l.text for l in lines_of(seen)]),
             lambda texts: {"w2", "m2"} <= set(texts),
             "lines of the replaced worker and new master lines",
         )
-        await set_job_conditions(kube_admin, owner, "Succeeded")
+        await succeed(kube_admin, namespace, job.id)
         await asyncio.wait_for(done.wait(), WAIT)
     finally:
         consumer.cancel()

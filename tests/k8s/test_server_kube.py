@@ -28,8 +28,7 @@ from .distrun_server import (
     unreachable_kubeconfig,
     user_namespace,
 )
-from .operator_sim import PYTORCHJOBS, get_custom
-from .real_operator import WAIT, pods_held, register_logs, succeed
+from .real_operator import PYTORCHJOBS, WAIT, get_custom, pods_held, register_logs, succeed
 
 pytestmark = pytest.mark.kubernetes
 

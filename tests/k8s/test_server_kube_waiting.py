@@ -31,8 +31,8 @@ from .distrun_server import (
     running,
     user_namespace,
 )
-from .operator_sim import WAIT, get_custom, image_pull_back_off, put_podgroup, wait_for_pod
-from .real_operator import clear_v1_jobs, operator_pods, pods_held
+from .operator_sim import image_pull_back_off, put_podgroup, wait_for_pod
+from .real_operator import WAIT, clear_v1_jobs, get_custom, operator_pods, pods_held
 
 pytestmark = pytest.mark.kubernetes
 
