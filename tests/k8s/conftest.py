@@ -101,7 +101,7 @@ def controller_binaries() -> ControllerBinaries:
 def controllers_cluster(controller_binaries: ControllerBinaries) -> Iterator[KubeCluster]:
     """A cluster of its own where real controllers run cluster-wide (tests start those they
     need, with real_controllers.py), with kube-controller-manager's job controller. Not the
-    tier's `kube_cluster`, where operator_sim.py makes the operators' pods by hand."""
+    tier's `kube_cluster`, where Training Operators watch chosen namespaces only."""
     with KubeCluster(Build.binaries or ensure_all()) as cluster:
         start_job_controller(cluster, cluster.binaries.kube_controller_manager)
         yield cluster
@@ -126,7 +126,8 @@ def trainer_controllers(
 
 @pytest.fixture(scope="session")
 def operator_namespace(kube_cluster: KubeCluster) -> str:
-    """A namespace the real Kubeflow Training Operator reconciles (and no other is)."""
+    """A namespace the real Kubeflow Training Operator reconciles, for the session; this
+    operator, the cluster's first, serves the validating webhooks."""
     name = "real-operator"
     kube_cluster.create_namespace(name)
     start_training_operator(kube_cluster, kube_cluster.binaries.training_operator, name)
