@@ -528,8 +528,8 @@ class KubeCluster:
     def pod_log(self, namespace: str, pod: str, container: str | None = None) -> PodLog:
         """The log that the API serves for `pod`'s `container` (every container when None).
 
-        Backed by a kwok `Logs` object named after the pod; create it before the pod so kwok
-        knows it by the time anyone reads."""
+        Backed by a kwok `Logs` object named after the pod; create it before the pod runs so
+        kwok knows it by the time anyone reads."""
         directory = self.workdir / "pod-logs" / namespace / pod
         directory.mkdir(parents=True, exist_ok=True)
         log = PodLog(directory / f"{container or '_all'}.log")

@@ -23,13 +23,14 @@ import pytest
 from .binaries import Binaries, BuildError, ensure_all
 from .cluster import KubeCluster
 from .controller_builds import ControllerBinaries, ensure_controllers
-from .controllers import start_kueue, start_training_operator
+from .controllers import start_kueue, start_training_operator, training_operator_for
 from .distrun_server import (
     DistrunServer,
     delete_user_jobs,
     engine_config,
     prepare_server_identity,
     running,
+    user_namespace,
 )
 from .real_controllers import start_job_controller, start_jobset, start_trainer, start_volcano
 
@@ -100,7 +101,7 @@ def controller_binaries() -> ControllerBinaries:
 def controllers_cluster(controller_binaries: ControllerBinaries) -> Iterator[KubeCluster]:
     """A cluster of its own where real controllers run cluster-wide (tests start those they
     need, with real_controllers.py), with kube-controller-manager's job controller. Not the
-    tier's `kube_cluster`, where operator_sim.py makes the operators' pods by hand."""
+    tier's `kube_cluster`, where Training Operators watch chosen namespaces only."""
     with KubeCluster(Build.binaries or ensure_all()) as cluster:
         start_job_controller(cluster, cluster.binaries.kube_controller_manager)
         yield cluster
@@ -125,11 +126,22 @@ def trainer_controllers(
 
 @pytest.fixture(scope="session")
 def operator_namespace(kube_cluster: KubeCluster) -> str:
-    """A namespace the real Kubeflow Training Operator reconciles (and no other is)."""
+    """A namespace the real Kubeflow Training Operator reconciles, for the session; this
+    operator, the cluster's first, serves the validating webhooks."""
     name = "real-operator"
     kube_cluster.create_namespace(name)
     start_training_operator(kube_cluster, kube_cluster.binaries.training_operator, name)
     return name
+
+
+@pytest.fixture(scope="module")
+def alice_operator(kube_cluster: KubeCluster, operator_namespace: str) -> Iterator[str]:
+    """The real Training Operator reconciling alice's namespace of the server processes
+    (`distrun-alice`) for one module, which it returns; started after the session's operator,
+    which serves the webhooks. The modules without it make the pods there by hand."""
+    namespace = user_namespace("alice")
+    with training_operator_for(kube_cluster, namespace):
+        yield namespace
 
 
 KUEUE_QUEUE = "team-a"

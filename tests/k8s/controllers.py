@@ -2,16 +2,20 @@
 them: their admission webhooks registered, their certificates in place, waited for until ready.
 
 `start_training_operator` runs the Kubeflow Training Operator v1.9.4 (built from its Go module by
-binaries.py) watching ONE namespace: the rest of the tier keeps creating the operators' pods
-itself (operator_sim.py), and a cluster-wide operator would make a second set beside them.
+binaries.py) watching ONE namespace; several may run, one per namespace (the first one started
+in a cluster serves the validating webhooks, which every job of the cluster goes through): the
+tests that still make the operators' pods themselves (operator_sim.py) do so in namespaces no
+operator watches, where an operator would make a second set beside theirs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import ssl
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,21 +39,29 @@ SERVICE_DNS_NAME = f"training-operator.{OPERATOR_NAMESPACE}.svc"
 HARD_CODED_CERT = Path("/tmp/k8s-webhook-server/serving-certs/tls.crt")
 VALIDATED_KINDS = ("pytorchjob", "tfjob", "xgboostjob", "paddlejob", "jaxjob")  # MPI: none
 READY_TIMEOUT = 120.0
+# The webhooks' certificates of each cluster (by its work directory), made by its first operator.
+_OPERATOR_CERTS: dict[Path, Certs] = {}
 
 
 def start_training_operator(
     cluster: KubeCluster, operator: Path, watched_namespace: str
 ) -> Component:
-    """The Training Operator reconciling the jobs of `watched_namespace`, ready for jobs."""
-    certs = make_certs(CA_NAME, SERVICE_DNS_NAME)
-    workdir = cluster.workdir / "training-operator"
+    """The Training Operator reconciling the jobs of `watched_namespace`, ready for jobs.
+    The first one started in `cluster` stores the certificates and registers the webhooks
+    (on its port): stop it last."""
+    first = cluster.workdir not in _OPERATOR_CERTS
+    if first:
+        _OPERATOR_CERTS[cluster.workdir] = make_certs(CA_NAME, SERVICE_DNS_NAME)
+    certs = _OPERATOR_CERTS[cluster.workdir]
+    workdir = cluster.workdir / f"training-operator-{watched_namespace}"
     certs.write(workdir / "k8s-webhook-server" / "serving-certs")
     if not HARD_CODED_CERT.exists():
         certs.write(HARD_CODED_CERT.parent)
-    _create_namespace(cluster, OPERATOR_NAMESPACE)
-    _store_certs(cluster, OPERATOR_NAMESPACE, WEBHOOK_SECRET, certs)
     webhook_port, metrics_port, probe_port = free_port(), free_port(), free_port()
-    _register_webhooks(cluster, webhook_port)
+    if first:
+        _create_namespace(cluster, OPERATOR_NAMESPACE)
+        _store_certs(cluster, OPERATOR_NAMESPACE, WEBHOOK_SECRET, certs)
+        _register_webhooks(cluster, webhook_port)
     environment = {
         **os.environ,
         "KUBECONFIG": str(cluster.kubeconfig("admin")),
@@ -57,7 +69,7 @@ def start_training_operator(
         "TMPDIR": str(workdir),
     }
     component = Component(
-        "training-operator",
+        f"training-operator-{watched_namespace}",
         [
             str(operator),
             f"--namespace={watched_namespace}",
@@ -66,7 +78,7 @@ def start_training_operator(
             f"--webhook-server-port={webhook_port}",
             "--leader-elect=false",
         ],
-        cluster.workdir / "logs" / "training-operator.log",
+        cluster.workdir / "logs" / f"training-operator-{watched_namespace}.log",
         env=environment,
     )
     cluster.components.append(component)
@@ -78,6 +90,27 @@ def start_training_operator(
     paths = tuple(f"/validate-kubeflow-org-v1-{kind}" for kind in VALIDATED_KINDS)
     component.wait_ready(lambda: _webhooks_served(webhook_port, paths), READY_TIMEOUT)
     return component
+
+
+def stop_training_operator(cluster: KubeCluster, component: Component) -> None:
+    """Stops an operator started by `start_training_operator` (not the first of the cluster,
+    which serves the webhooks); what it made stays."""
+    cluster.components.remove(component)
+    component.stop()
+
+
+@contextlib.contextmanager
+def training_operator_for(cluster: KubeCluster, namespace: str) -> Iterator[None]:
+    """A Training Operator reconciling `namespace` (created if need be) inside the block; not
+    the cluster's first (that one serves the webhooks and is never stopped)."""
+    core = kubernetes.client.CoreV1Api(cluster.admin)
+    if not exists(lambda: core.read_namespace(namespace)):
+        cluster.create_namespace(namespace)
+    operator = start_training_operator(cluster, cluster.binaries.training_operator, namespace)
+    try:
+        yield
+    finally:
+        stop_training_operator(cluster, operator)
 
 
 def _webhooks_served(port: int, paths: tuple[str, ...]) -> bool:

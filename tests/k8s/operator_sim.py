@@ -1,7 +1,9 @@
-"""What the operators and the kubelet would do, done by hand for the tests (no operator runs in
-the tier, and kwok simulates neither restarts nor image pulls): pods with the operator's labels
-and an ownerReference, job conditions and pod statuses through the status subresource, events,
-Volcano PodGroups, and a container restart with the kubelet's current/previous log pair."""
+"""What no controller does in the tier's `kube_cluster`, done by hand: the kubelet's part that
+kwok does not simulate (an image pull backing off; a container restarting in its pod, with the
+kubelet's current/previous log pair and restartCount, and its end after restarts) through the
+pod's status subresource, and Volcano's PodGroup (Volcano runs only in `controllers_cluster`).
+The pods and the jobs' conditions and events come from the real Training Operator
+(real_operator.py)."""
 
 from __future__ import annotations
 
@@ -17,110 +19,10 @@ from kubernetes_asyncio import client
 from .cluster import KWOK_LOGS, KubeCluster, PodLog
 
 WAIT = 60.0  # seconds: generous, the machine may be loaded
-PYTORCHJOBS = "kubeflow.org/v1/pytorchjobs"  # as get_custom names a custom resource
 
 
-def now(later: float = 0.0) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + later))
-
-
-def pytorch_pod_labels(job_id: str, role: str, index: int) -> dict[str, str]:
-    return {
-        "training.kubeflow.org/job-name": job_id,
-        "training.kubeflow.org/replica-type": role,
-        "training.kubeflow.org/replica-index": str(index),
-        "training.kubeflow.org/operator-name": "pytorchjob-controller",
-    }
-
-
-async def get_custom(api: Any, namespace: str, group_version_plural: str, name: str) -> Any:
-    group, version, plural = group_version_plural.split("/")
-    return await client.CustomObjectsApi(api).get_namespaced_custom_object(
-        group, version, namespace, plural, name
-    )
-
-
-async def create_pod(
-    cluster: KubeCluster,
-    api: Any,
-    owner: dict[str, Any],
-    *,
-    name: str,
-    labels: dict[str, str],
-    container: str,
-    lines: tuple[str, ...] = (),
-    annotations: dict[str, str] | None = None,
-    gpus: int = 0,
-    restart_policy: str = "OnFailure",
-) -> PodLog:
-    """A pod as the job's controller makes it, whose log kwok serves from a fresh file."""
-    meta = owner["metadata"]
-    namespace = meta["namespace"]
-    log = cluster.pod_log(namespace, name)
-    if lines:
-        log.write(*lines)
-    resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "labels": labels,
-            "annotations": annotations or {},
-            "ownerReferences": [
-                {
-                    "apiVersion": owner["apiVersion"],
-                    "kind": owner["kind"],
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                }
-            ],
-        },
-        "spec": {
-            "restartPolicy": restart_policy,
-            "containers": [
-                {
-                    "name": container,
-                    "image": "registry.invalid/x:1",
-                    "command": ["x"],
-                    "resources": resources,
-                }
-            ],
-        },
-    }
-    await client.CoreV1Api(api).create_namespaced_pod(namespace, body)
-    return log
-
-
-async def set_job_conditions(api: Any, job: dict[str, Any], *conditions: str) -> None:
-    """A Training Operator v1 job's status conditions, as the operator writes them."""
-    meta = job["metadata"]
-    group, version = job["apiVersion"].split("/")
-    plural = job["kind"].lower() + "s"
-    status = {
-        "conditions": [
-            {
-                "type": kind,
-                "status": "True",
-                "reason": kind,
-                "message": f"job {kind.lower()}",
-                "lastTransitionTime": now(),
-                "lastUpdateTime": now(),
-            }
-            for kind in conditions
-        ],
-        "replicaStatuses": {},
-    }
-    await client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-        group,
-        version,
-        meta["namespace"],
-        plural,
-        meta["name"],
-        {"status": status},
-        _content_type="application/merge-patch+json",
-    )
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 async def read_pod(api: Any, namespace: str, name: str) -> dict[str, Any]:
@@ -139,20 +41,6 @@ async def wait_for_pod(api: Any, namespace: str, name: str, check: Any, what: st
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}; pod status: {pod.get('status')}")
         await asyncio.sleep(0.2)
-
-
-async def end_pods(api: Any, namespace: str, names: list[str], exit_code: int = 0) -> None:
-    """The containers of running pods exit with `exit_code` (kwok plays it from the
-    annotation); returns once every pod reached its terminal phase."""
-    core = client.CoreV1Api(api)
-    body = {"metadata": {"annotations": {"kwok.distrun.test/exit-code": str(exit_code)}}}
-    for name in names:
-        await core.patch_namespaced_pod(name, namespace, body)
-    phase = "Succeeded" if exit_code == 0 else "Failed"
-    for name in names:
-        await wait_for_pod(
-            api, namespace, name, lambda pod: pod["status"].get("phase") == phase, phase
-        )
 
 
 async def set_container_status(
@@ -225,6 +113,23 @@ async def restart_container(
     return new_log
 
 
+async def end_restarted_container(api: Any, namespace: str, pod: str, exit_code: int = 0) -> None:
+    """The restarted container ends for good and the pod with it, as the kubelet reports it
+    (kwok's own exit would report the container as never restarted)."""
+    current = await read_pod(api, namespace, pod)
+    (status,) = current["status"]["containerStatuses"]
+    started = status["state"].get("running", {}).get("startedAt", now())
+    reason = "Completed" if exit_code == 0 else "Error"
+    ended = {"exitCode": exit_code, "reason": reason, "startedAt": started, "finishedAt": now()}
+    await set_container_status(
+        api,
+        namespace,
+        pod,
+        {**status, "ready": False, "started": False, "state": {"terminated": ended}},
+        phase="Succeeded" if exit_code == 0 else "Failed",
+    )
+
+
 def _swap_logs(
     cluster: KubeCluster, namespace: str, pod: str, restarts: int
 ) -> tuple[Path, PodLog]:
@@ -269,32 +174,6 @@ def _messages(path: Path) -> str:
     """What the API serves of a CRI log file without timestamps: the messages, one a line."""
     lines = path.read_text().splitlines()
     return "".join(line.split(" ", 3)[3] + "\n" for line in lines)
-
-
-async def warning_event(
-    api: Any, job: dict[str, Any], reason: str, message: str, later: float = 0.0
-) -> None:
-    """A Warning event on the job object, as an operator records a failure to create pods,
-    stamped `later` seconds from now (event times have a resolution of one second)."""
-    meta = job["metadata"]
-    body = {
-        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-        "involvedObject": {
-            "apiVersion": job["apiVersion"],
-            "kind": job["kind"],
-            "name": meta["name"],
-            "namespace": meta["namespace"],
-            "uid": meta["uid"],
-        },
-        "type": "Warning",
-        "reason": reason,
-        "message": message,
-        "source": {"component": "pytorchjob-controller"},
-        "firstTimestamp": now(later),
-        "lastTimestamp": now(later),
-        "count": 1,
-    }
-    await client.CoreV1Api(api).create_namespaced_event(meta["namespace"], body)
 
 
 PODGROUPS = ("scheduling.volcano.sh", "v1beta1", "podgroups")

@@ -1,7 +1,7 @@
 """The Kubernetes engines against a real kube-apiserver with the operators' real CRDs, RBAC,
-the garbage collector and kwok pods. No operator runs here: where a test needs pods, it creates
-them exactly as the operator would (its labels, an ownerReference to the job), and kwok runs
-them and serves their logs."""
+the garbage collector and kwok pods. Where a test needs pods, the real Training Operator makes
+them and sets the job's conditions (fixture `operated`, in the namespace it reconciles); the
+test decides only what a container prints and how it exits, and kwok runs it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from distrun.core.errors import Forbidden, NotFound
-from distrun.core.job import Job, JobState
+from distrun.core.job import JobState
 from distrun.core.logs import JobUpdate, LogBatch, LogLine, PartialUpdate
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.engine import KubeEngine
@@ -24,19 +24,28 @@ from distrun.engines.kube.trainer import TrainerEngine
 from distrun.engines.kube.volcano import VolcanoEngine
 
 from ..reliability.helpers import first_batch
-from .cluster import KubeCluster, PodLog
-from .operator_sim import (
+from .cluster import KubeCluster
+from .real_operator import (
     PYTORCHJOBS,
-    create_pod,
+    clear_v1_jobs,
+    end_pod,
+    fresh_log,
     get_custom,
-    pytorch_pod_labels,
-    set_job_conditions,
+    job_pods,
+    ledger_counts,
+    operator_pods,
+    pods_held,
+    submit_with_logs,
+    succeed,
 )
 
 pytestmark = pytest.mark.kubernetes
 
 WAIT = 60.0  # seconds: generous, the machine may be loaded
 FRAMEWORKS_V1 = ("pytorch", "tensorflow", "xgboost", "paddle", "jax", "mpi")
+MASTER_ONLY = JobSpec.from_dict(
+    {"framework": "pytorch", "code": "print('hi')\n", "roles": {"master": {"replicas": 1}}}
+)
 
 
 def spec(framework: str = "pytorch", **fields: Any) -> JobSpec:
@@ -54,6 +63,16 @@ async def engines(kube_admin: Any, kube_namespace: str) -> AsyncIterator[dict[st
     yield made
     for engine in made.values():
         await engine.close()
+
+
+@pytest.fixture
+async def operated(kube_admin: Any, operator_namespace: str) -> AsyncIterator[KubeflowEngine]:
+    """The Kubeflow engine in the namespace the real Training Operator reconciles, with none of
+    the earlier tests' jobs left there."""
+    await clear_v1_jobs(kube_admin, operator_namespace)
+    engine = KubeflowEngine(api_client=kube_admin, namespace=operator_namespace)
+    yield engine
+    await engine.close()
 
 
 async def eventually(read: Callable[[], Any], check: Callable[[Any], bool], what: str) -> Any:
@@ -78,33 +97,6 @@ async def is_gone(read: Callable[[], Any]) -> bool:
     except client.exceptions.ApiException as error:
         return error.status == 404
     return False
-
-
-async def submit_pytorchjob(
-    engine: KubeEngine, api: Any, namespace: str, **fields: Any
-) -> tuple[Job, dict[str, Any]]:
-    """alice's job of `spec(**fields)` on the Kubeflow engine, and the PyTorchJob the API server
-    stores for it (the owner of its pods)."""
-    job = await engine.submit(spec(**fields), "alice")
-    return job, await get_custom(api, namespace, PYTORCHJOBS, job.id)
-
-
-async def pytorch_pod(
-    cluster: KubeCluster, api: Any, owner: dict[str, Any], role: str, **fields: Any
-) -> PodLog:
-    """Replica `role`-0 of the PyTorchJob `owner`, as the operator makes it (`name` may be
-    given, as for a replacement pod)."""
-    job_id = owner["metadata"]["name"]
-    fields.setdefault("name", f"{job_id}-{role}-0")
-    return await create_pod(
-        cluster,
-        api,
-        owner,
-        labels=pytorch_pod_labels(job_id, role, 0),
-        container="pytorch",
-        restart_policy="Never",
-        **fields,
-    )
 
 
 async def collect(events: AsyncIterator[Any], until: Callable[[list[Any]], bool]) -> list[Any]:
@@ -203,26 +195,41 @@ async def test_rbac_lets_alice_submit_in_her_namespace_only(kube_cluster: KubeCl
 # --- status -------------------------------------------------------------------------------
 
 
-async def test_status_follows_the_operators_conditions_and_the_last_terminal_one_wins(
-    engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
+async def test_status_follows_the_operators_conditions(
+    operated: KubeflowEngine, kube_admin: Any, operator_namespace: str
 ) -> None:
-    engine = engines["kubeflow"]
-    job, stored = await submit_pytorchjob(engine, kube_admin, kube_namespace)
-    await set_job_conditions(kube_admin, stored, "Created", "Running")
-    assert (await engine.get_job(job.id, "alice")).state == JobState.RUNNING
-    await set_job_conditions(kube_admin, stored, "Created", "Failed")
-    failed = await engine.get_job(job.id, "alice")
-    assert failed.state == JobState.FAILED and failed.reason == "job failed"
+    """Running once the operator says so, then failed, with the operator's own words, once a
+    worker exits non-zero."""
+    job = await operated.submit(spec(roles={"worker": {"replicas": 1}}), "alice")
+    pods = await eventually(
+        lambda: job_pods(kube_admin, operator_namespace, job.id),
+        lambda found: set(found) == {"master-0", "worker-0"},
+        "the operator's pods",
+    )
+    await eventually(
+        lambda: operated.get_job(job.id, "alice"),
+        lambda j: j.state == JobState.RUNNING,
+        "the operator's Running condition",
+    )
+    core = client.CoreV1Api(kube_admin)
+    await end_pod(core, operator_namespace, pods["worker-0"].metadata.name, "1")
+    failed = await eventually(
+        lambda: operated.get_job(job.id, "alice"), lambda j: j.state.terminal, "the job to end"
+    )
+    stored = await get_custom(kube_admin, operator_namespace, PYTORCHJOBS, job.id)
+    [condition] = [c for c in stored["status"]["conditions"] if c["type"] == "Failed"]
+    assert failed.state == JobState.FAILED
+    assert failed.reason == condition["message"] and "has failed" in condition["message"]
 
 
 async def test_pending_pod_reason_is_given_in_words(
-    kube_cluster: KubeCluster, engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
+    operated: KubeflowEngine, operator_namespace: str
 ) -> None:
-    engine = engines["kubeflow"]
-    job = await engine.submit(spec(roles={"worker": {"replicas": 0}}), "alice")
-    await _gpu_hungry_pod(kube_admin, kube_namespace, job.id)
+    # 16 GPUs for the master: no node has them (kwok-gpu-node-1 has 8).
+    roles = {"master": {"replicas": 1, "resources": {"gpu": 16}}}
+    job = await operated.submit(spec(roles=roles), "alice")
     pending = await eventually(
-        lambda: engine.get_job(job.id, "alice"),
+        lambda: operated.get_job(job.id, "alice"),
         lambda j: j.reason is not None and "Unschedulable" in j.reason,
         "an Unschedulable reason",
     )
@@ -230,91 +237,71 @@ async def test_pending_pod_reason_is_given_in_words(
     assert pending.reason.startswith("master-0: Unschedulable")
 
 
-async def _gpu_hungry_pod(api: Any, namespace: str, job_id: str) -> Any:
-    labels = pytorch_pod_labels(job_id, "master", 0)
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"{job_id}-master-0", "labels": labels},
-        "spec": {
-            "containers": [
-                {
-                    "name": "pytorch",
-                    "image": "registry.invalid/x:1",
-                    "resources": {"limits": {"nvidia.com/gpu": "64"}},
-                }
-            ]
-        },
-    }
-    return await client.CoreV1Api(api).create_namespaced_pod(namespace, body)
+async def replace_worker(
+    cluster: KubeCluster, api: Any, namespace: str, job_id: str, pod: Any
+) -> None:
+    """worker-0's pod exits 137 (retryable); once distrun has counted its two lines, the pod
+    the operator makes again under its name prints "w2"."""
+    name = pod.metadata.name
+    with pods_held(cluster):
+        await end_pod(client.CoreV1Api(api), namespace, name, "137")
+        await eventually(
+            lambda: ledger_counts(api, namespace, job_id, "worker-0"),
+            lambda counts: counts == [2],
+            "distrun to count the first run's lines",
+        )
+        await eventually(
+            lambda: job_pods(api, namespace, job_id),
+            lambda pods: "worker-0" in pods and pods["worker-0"].metadata.uid != pod.metadata.uid,
+            "the operator to make worker-0 again",
+        )
+        fresh_log(cluster, namespace, name).write("w2")
 
 
 # --- logs -----------------------------------------------------------------------------------
 
 
 async def test_follow_picks_up_late_and_replaced_pods_and_seqs_continue(
-    kube_cluster: KubeCluster, engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
+    kube_cluster: KubeCluster,
+    operated: KubeflowEngine,
+    kube_admin: Any,
+    operator_namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    engine = engines["kubeflow"]
-    job, owner = await submit_pytorchjob(
-        engine, kube_admin, kube_namespace, roles={"worker": {"replicas": 1}}
-    )
-    events = engine.follow(job.id, "alice")
-    seen: list[Any] = []
-    done = asyncio.Event()
+    """The pods start after the follow began (held Pending a while); the worker's first pod
+    exits with a retryable code, the operator (restartPolicy ExitCode, one retry allowed) makes
+    it again."""
+    engine, namespace = operated, operator_namespace
+    job_spec = spec(roles={"worker": {"replicas": 1}}, restart_policy="ExitCode", backoff_limit=1)
+    with pods_held(kube_cluster):
+        job, logs = await submit_with_logs(
+            kube_cluster, engine, job_spec, monkeypatch,
+            {"master-0": ("m0", "m1"), "worker-0": ("w0", "w1")},
+        )  # fmt: skip
+        seen: list[Any] = []
+        done = asyncio.Event()
 
-    async def consume() -> None:
-        async for event in events:
-            seen.append(event)
-        done.set()
+        async def consume() -> None:
+            async for event in engine.follow(job.id, "alice"):
+                seen.append(event)
+            done.set()
 
-    consumer = asyncio.create_task(consume())
+        consumer = asyncio.create_task(consume())
+        first = await operator_pods(kube_admin, namespace, job.id, 2)
     try:
-        # The master starts late (after the follow began) and stays Pending for a second.
-        master_log = await pytorch_pod(
-            kube_cluster,
-            kube_admin,
-            owner,
-            "master",
-            lines=("m0", "m1"),
-            annotations={"kwok.distrun.test/start-after": "1s"},
-        )
-        # The worker's first pod fails after two lines; the operator replaces it.
-        await pytorch_pod(
-            kube_cluster,
-            kube_admin,
-            owner,
-            "worker",
-            lines=("w0", "w1"),
-            annotations={"kwok.distrun.test/exit-code": "1"},
-        )
         await eventually(
-            lambda: asyncio.sleep(0, [l.text for l in lines_of(seen)]),
+            lambda: now([l.text for l in lines_of(seen)]),
             lambda texts: {"m0", "m1", "w0", "w1"} <= set(texts),
             "the first lines of both replicas",
         )
+        await replace_worker(kube_cluster, kube_admin, namespace, job.id, first["worker-0"])
+        logs["master-0"].write("m2")
         await eventually(
-            lambda: engine.get_job(job.id, "alice"),
-            lambda j: j.replicas[1].state == JobState.FAILED,
-            "worker-0's first pod to fail",
-        )
-        core = client.CoreV1Api(kube_admin)
-        await core.delete_namespaced_pod(f"{job.id}-worker-0", kube_namespace)
-        await pytorch_pod(
-            kube_cluster,
-            kube_admin,
-            owner,
-            "worker",
-            name=f"{job.id}-worker-0-retry",
-            lines=("w2",),
-        )
-        master_log.write("m2")
-        await eventually(
-            lambda: asyncio.sleep(0, [l.text for l in lines_of(seen)]),
+            lambda: now([l.text for l in lines_of(seen)]),
             lambda texts: {"w2", "m2"} <= set(texts),
             "lines of the replaced worker and new master lines",
         )
-        await set_job_conditions(kube_admin, owner, "Succeeded")
+        await succeed(kube_admin, namespace, job.id)
         await asyncio.wait_for(done.wait(), WAIT)
     finally:
         consumer.cancel()
@@ -337,26 +324,26 @@ async def test_follow_picks_up_late_and_replaced_pods_and_seqs_continue(
 
 
 async def test_follow_resumes_from_a_cursor_without_repeating(
-    kube_cluster: KubeCluster, engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
+    kube_cluster: KubeCluster,
+    operated: KubeflowEngine,
+    kube_admin: Any,
+    operator_namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    engine = engines["kubeflow"]
-    job, owner = await submit_pytorchjob(
-        engine, kube_admin, kube_namespace, roles={"worker": {"replicas": 0}}
+    engine = operated
+    lines = {"master-0": tuple(f"line {i}" for i in range(10))}
+    job, _ = await submit_with_logs(kube_cluster, engine, MASTER_ONLY, monkeypatch, lines)
+    pods = await eventually(
+        lambda: job_pods(kube_admin, operator_namespace, job.id), bool, "the operator's pod"
     )
-    await pytorch_pod(
-        kube_cluster,
-        kube_admin,
-        owner,
-        "master",
-        lines=tuple(f"line {i}" for i in range(10)),
-        annotations={"kwok.distrun.test/exit-code": "0"},
+    await end_pod(
+        client.CoreV1Api(kube_admin), operator_namespace, pods["master-0"].metadata.name, "0"
     )
     await eventually(
         lambda: engine.get_job(job.id, "alice"),
-        lambda j: j.replicas[0].state == JobState.SUCCEEDED,
-        "the master to succeed",
+        lambda j: j.state == JobState.SUCCEEDED,
+        "the operator to say the job succeeded",
     )
-    await set_job_conditions(kube_admin, owner, "Succeeded")
     events = await collect(engine.follow(job.id, "alice", since={"master-0": 7}), lambda _: False)
     assert [(l.seq, l.text) for l in lines_of(events)] == [
         (7, "line 7"),
@@ -367,16 +354,16 @@ async def test_follow_resumes_from_a_cursor_without_repeating(
 
 
 async def test_an_unfinished_line_is_followed_as_it_is_drawn_and_counts_once_finished(
-    kube_cluster: KubeCluster, engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
+    kube_cluster: KubeCluster, operated: KubeflowEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A progress bar the kubelet records in pieces (CRI partial entries) reaches a follower
     as it grows, as a terminal shows it, with the seq it gets once its newline comes; REST reads
     give it apart from the lines, and only the finished line counts."""
-    engine = engines["kubeflow"]
-    job, owner = await submit_pytorchjob(
-        engine, kube_admin, kube_namespace, roles={"worker": {"replicas": 0}}
+    engine = operated
+    job, logs = await submit_with_logs(
+        kube_cluster, engine, MASTER_ONLY, monkeypatch, {"master-0": ("before",)}
     )
-    log = await pytorch_pod(kube_cluster, kube_admin, owner, "master", lines=("before",))
+    log = logs["master-0"]
     events: list[Any] = []
 
     async def consume() -> None:
@@ -440,18 +427,26 @@ async def test_cancel_deletes_the_job_in_the_foreground_and_the_configmap_goes_w
 
 
 async def test_cancelling_an_ended_job_stops_its_replicas_still_running_and_keeps_the_others(
-    kube_cluster: KubeCluster, engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
+    kube_cluster: KubeCluster,
+    operated: KubeflowEngine,
+    kube_admin: Any,
+    operator_namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # With cleanPodPolicy None a failed master leaves its workers running (and holding GPUs).
-    engine = engines["kubeflow"]
-    job, owner = await submit_pytorchjob(
-        engine, kube_admin, kube_namespace, clean_pod_policy="None",
-        roles={"master": {"replicas": 1}, "worker": {"replicas": 1}},
-    )  # fmt: skip
-    annotations = {"kwok.distrun.test/exit-code": "1", "kwok.distrun.test/message": "boom"}
-    await pytorch_pod(kube_cluster, kube_admin, owner, "master", annotations=annotations)
-    await pytorch_pod(kube_cluster, kube_admin, owner, "worker", lines=("still going",))
-    await set_job_conditions(kube_admin, owner, "Created", "Failed")
+    engine = operated
+    job_spec = spec(clean_pod_policy="None",
+                    roles={"master": {"replicas": 1}, "worker": {"replicas": 1}})  # fmt: skip
+    job, _ = await submit_with_logs(
+        kube_cluster, engine, job_spec, monkeypatch, {"worker-0": ("still going",)}
+    )
+    pods = await eventually(
+        lambda: job_pods(kube_admin, operator_namespace, job.id),
+        lambda found: len(found) == 2 and all(p.status.phase == "Running" for p in found.values()),
+        "the operator's pods to run",
+    )
+    core = client.CoreV1Api(kube_admin)
+    await end_pod(core, operator_namespace, pods["master-0"].metadata.name, "1", "boom")
     ended = await eventually(
         lambda: engine.get_job(job.id, "alice"),
         lambda j: (
@@ -464,33 +459,36 @@ async def test_cancelling_an_ended_job_stops_its_replicas_still_running_and_keep
 
     after = await engine.cancel(job.id, "alice")
     assert after.state == JobState.FAILED  # cancel does not rewrite how the job ended
-    core = client.CoreV1Api(kube_admin)
     await eventually(
-        lambda: is_gone(lambda: core.read_namespaced_pod(f"{job.id}-worker-0", kube_namespace)),
+        lambda: is_gone(lambda: core.read_namespaced_pod(f"{job.id}-worker-0", operator_namespace)),
         bool,
         "the running worker's pod to be deleted",
     )
-    master = await core.read_namespaced_pod(f"{job.id}-master-0", kube_namespace)
+    master = await core.read_namespaced_pod(f"{job.id}-master-0", operator_namespace)
     assert master.status.phase == "Failed"  # a finished replica keeps its pod and its logs
 
 
 async def test_a_failed_replica_is_named_with_its_exit_and_last_lines_and_no_pod_outlives_the_job(
-    kube_cluster: KubeCluster, engines: dict[str, KubeEngine], kube_admin: Any, kube_namespace: str
+    kube_cluster: KubeCluster,
+    operated: KubeflowEngine,
+    kube_admin: Any,
+    operator_namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    engine = engines["kubeflow"]
-    job, owner = await submit_pytorchjob(
-        engine, kube_admin, kube_namespace, roles={"worker": {"replicas": 1}}
+    engine = operated
+    job_spec = spec(roles={"worker": {"replicas": 1}})
+    worker_lines = ("w0", "Traceback (most recent call last):", "RuntimeError: boom")
+    job, _ = await submit_with_logs(
+        kube_cluster, engine, job_spec, monkeypatch,
+        {"master-0": ("m0",), "worker-0": worker_lines},
+    )  # fmt: skip
+    pods = await eventually(
+        lambda: job_pods(kube_admin, operator_namespace, job.id),
+        lambda found: len(found) == 2,
+        "the operator's pods",
     )
-    await pytorch_pod(kube_cluster, kube_admin, owner, "master", lines=("m0",))
-    await pytorch_pod(
-        kube_cluster,
-        kube_admin,
-        owner,
-        "worker",
-        lines=("w0", "Traceback (most recent call last):", "RuntimeError: boom"),
-        annotations={"kwok.distrun.test/exit-code": "3", "kwok.distrun.test/message": "boom"},
-    )
-    await set_job_conditions(kube_admin, owner, "Created", "Failed")
+    core = client.CoreV1Api(kube_admin)
+    await end_pod(core, operator_namespace, pods["worker-0"].metadata.name, "3", "boom")
 
     failed = await eventually(
         lambda: engine.get_job(job.id, "alice"),
@@ -501,44 +499,42 @@ async def test_a_failed_replica_is_named_with_its_exit_and_last_lines_and_no_pod
     assert failed.failed_replica == "worker-0"
     worker = next(r for r in failed.replicas if r.name == "worker-0")
     assert (worker.exit_code, worker.reason) == (3, "exited with code 3: boom")
-    assert failed.last_lines == ["w0", "Traceback (most recent call last):", "RuntimeError: boom"]
+    assert failed.last_lines == list(worker_lines)
 
     await engine.delete(job.id, "alice")
-    core = client.CoreV1Api(kube_admin)
     selector = f"training.kubeflow.org/job-name={job.id}"
     await eventually(
-        lambda: core.list_namespaced_pod(kube_namespace, label_selector=selector),
+        lambda: core.list_namespaced_pod(operator_namespace, label_selector=selector),
         lambda pods: pods.items == [],
         "the garbage collector to delete every pod of the job",
     )
 
 
 async def test_followers_never_take_the_connections_every_other_call_needs(
-    kube_cluster: KubeCluster, kube_admin: Any, kube_namespace: str
+    kube_cluster: KubeCluster,
+    operated: KubeflowEngine,
+    kube_admin: Any,
+    operator_namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A client pool of 4 connections; 3 followers of a 4-replica job hold 3 x (4 logs + 2
     # watches) = 18 long-running requests open at once.
     configuration = copy.copy(kube_admin.configuration)
     configuration.connection_pool_maxsize = 4
     small_pool = client.ApiClient(configuration)
-    engine = KubeflowEngine(api_client=small_pool, namespace=kube_namespace)
+    engine = KubeflowEngine(api_client=small_pool, namespace=operator_namespace)
     followers: list[AsyncGenerator[Any, None]] = []
     try:
-        job, owner = await submit_pytorchjob(
-            engine, kube_admin, kube_namespace, roles={"worker": {"replicas": 3}}
+        job_spec = spec(roles={"worker": {"replicas": 3}})
+        lines = {replica: (replica,) for replica in job_spec.replica_names()}
+        job, _ = await submit_with_logs(kube_cluster, engine, job_spec, monkeypatch, lines)
+        await eventually(
+            lambda: job_pods(kube_admin, operator_namespace, job.id),
+            lambda found: (
+                len(found) == 4 and all(p.status.phase == "Running" for p in found.values())
+            ),
+            "the operator's pods to run",
         )
-        await pytorch_pod(kube_cluster, kube_admin, owner, "master", lines=("m0",))
-        for index in range(3):
-            await create_pod(
-                kube_cluster,
-                kube_admin,
-                owner,
-                name=f"{job.id}-worker-{index}",
-                labels=pytorch_pod_labels(job.id, "worker", index),
-                container="pytorch",
-                lines=(f"w{index}",),
-                restart_policy="Never",
-            )
         for _ in range(3):
             follower = cast(AsyncGenerator[Any, None], engine.follow(job.id, "alice"))
             followers.append(follower)

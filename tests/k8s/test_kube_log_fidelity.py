@@ -7,7 +7,7 @@ Each replica "prints" the numbered lines of tests/reliability/numbered_lines.py 
 kubelet records them: lines longer than 16 KiB and some others in pieces ("P" entries, a burst
 may end mid-line), and the last line never ended. `DISTRUN_K8S_FIDELITY_LINES` sets the lines
 per replica (20,000 by default); `DISTRUN_K8S_FIDELITY_SEED` replays a run (the seed is in every
-failure message).
+failure message). The real Training Operator makes the pods and ends the job when they end.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import os
 import random
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
@@ -35,14 +35,13 @@ from ..reliability.helpers import SequenceChecker, first_batch, read_all, wait_u
 from ..reliability.numbered_lines import line_bytes
 from .cluster import KubeCluster, PodLog
 from .distrun_server import DistrunServer, receive, submit_cell, user_namespace
-from .operator_sim import (
-    PYTORCHJOBS,
+from .real_operator import (
     WAIT,
-    create_pod,
-    end_pods,
-    get_custom,
-    pytorch_pod_labels,
-    set_job_conditions,
+    clear_v1_jobs,
+    pods_held,
+    register_logs,
+    submit_with_logs,
+    succeed,
 )
 
 pytestmark = pytest.mark.kubernetes
@@ -96,29 +95,6 @@ async def feed(logs: dict[str, PodLog], count: int, rng: random.Random) -> None:
         await asyncio.sleep(rng.uniform(0.05, 0.4))
 
 
-async def start_replica_pods(
-    cluster: KubeCluster, admin: Any, job: dict[str, Any], replicas: list[str]
-) -> dict[str, PodLog]:
-    """A running pod per replica ("worker-2": the Worker pod of index 2), logs still empty."""
-    job_id = job["metadata"]["name"]
-    logs = {}
-    for replica in replicas:
-        role, index = replica.rsplit("-", 1)
-        logs[replica] = await create_pod(
-            cluster,
-            admin,
-            job,
-            name=f"{job_id}-{replica}",
-            labels=pytorch_pod_labels(job_id, role, int(index)),
-            container="pytorch",
-        )
-    return logs
-
-
-def pod_names(job: dict[str, Any], replicas: Iterable[str]) -> list[str]:
-    return [f"{job['metadata']['name']}-{replica}" for replica in replicas]
-
-
 # --- every line exactly once through the websocket, across resumes and servers ---------------
 
 
@@ -153,16 +129,19 @@ async def read_segment(
 
 
 async def test_every_line_of_four_replicas_reaches_a_resuming_client_exactly_once_across_servers(
-    servers: tuple[DistrunServer, DistrunServer], kube_cluster: KubeCluster, kube_admin: Any
+    servers: tuple[DistrunServer, DistrunServer],
+    alice_operator: str,
+    kube_cluster: KubeCluster,
+    kube_admin: Any,
 ) -> None:
     seed = fidelity_seed()
     rng = random.Random(seed)
     first, second = servers
-    submitted = await submit_cell(first, CELL)
-    replicas = [replica["name"] for replica in submitted["replicas"]]
-    assert replicas == ["master-0", "worker-0", "worker-1", "worker-2"]
-    job = await get_custom(kube_admin, ALICE_NS, PYTORCHJOBS, submitted["id"])
-    logs = await start_replica_pods(kube_cluster, kube_admin, job, replicas)
+    with pods_held(kube_cluster):  # the operator's pods wait until their logs are registered
+        submitted = await submit_cell(first, CELL)
+        replicas = [replica["name"] for replica in submitted["replicas"]]
+        assert replicas == ["master-0", "worker-0", "worker-1", "worker-2"]
+        logs = register_logs(kube_cluster, ALICE_NS, submitted["id"], dict.fromkeys(replicas, ()))
     feeder = asyncio.create_task(feed(logs, LINES_PER_REPLICA, rng))
     total = len(replicas) * LINES_PER_REPLICA
     # The client goes away after a random number of lines, RESUMES + 1 times; one of its
@@ -182,8 +161,7 @@ async def test_every_line_of_four_replicas_reaches_a_resuming_client_exactly_onc
         ws = await server.websocket("alice", *path, since=since(checker.cursor()))
         if stop is None:  # the last segment: every burst written, then the job succeeds
             await asyncio.wait_for(feeder, WAIT)
-            await end_pods(kube_admin, ALICE_NS, pod_names(job, logs))
-            await set_job_conditions(kube_admin, job, "Created", "Running", "Succeeded")
+            await succeed(kube_admin, ALICE_NS, submitted["id"])
         try:
             ended = await read_segment(ws, checker, stop, states)
         except AssertionError as error:
@@ -215,23 +193,27 @@ async def test_every_line_of_four_replicas_reaches_a_resuming_client_exactly_onc
 
 
 @pytest.fixture
-async def kubeflow(kube_admin: Any, kube_namespace: str) -> AsyncIterator[KubeflowEngine]:
-    engine = KubeflowEngine(api_client=kube_admin, namespace=kube_namespace)
+async def kubeflow(kube_admin: Any, operator_namespace: str) -> AsyncIterator[KubeflowEngine]:
+    """The Kubeflow engine where the real Training Operator runs, cleared of earlier jobs."""
+    await clear_v1_jobs(kube_admin, operator_namespace)
+    engine = KubeflowEngine(api_client=kube_admin, namespace=operator_namespace)
     yield engine
     await engine.close()
 
 
 async def test_stalled_followers_hold_up_no_one_hold_no_memory_and_leave_no_task_when_closed(
-    kubeflow: KubeflowEngine, kube_cluster: KubeCluster, kube_admin: Any, kube_namespace: str
+    kubeflow: KubeflowEngine,
+    kube_cluster: KubeCluster,
+    kube_admin: Any,
+    operator_namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     rng = random.Random(7)
     spec = JobSpec.from_dict(
         {"framework": "pytorch", "code": "pass\n", "roles": {"worker": {"replicas": 3}}}
     )
-    submitted = await kubeflow.submit(spec, "alice")
+    submitted, logs = await submit_with_logs(kube_cluster, kubeflow, spec, monkeypatch)
     names = [replica.name for replica in submitted.replicas]
-    job = await get_custom(kube_admin, kube_namespace, PYTORCHJOBS, submitted.id)
-    logs = await start_replica_pods(kube_cluster, kube_admin, job, names)
     parts = {name: bursts(cri_entries(name, LINES_PER_REPLICA), rng) for name in names}
     for name, log in logs.items():
         write_entries(log, parts[name][0])
@@ -269,8 +251,7 @@ async def test_stalled_followers_hold_up_no_one_hold_no_memory_and_leave_no_task
                 write_entries(log, parts[name][burst])
             await asyncio.sleep(rng.uniform(0.05, 0.4))
         written = sum(log.path.stat().st_size for log in logs.values())
-        await end_pods(kube_admin, kube_namespace, pod_names(job, logs))
-        await set_job_conditions(kube_admin, job, "Created", "Running", "Succeeded")
+        await succeed(kube_admin, operator_namespace, submitted.id)
         final = await asyncio.wait_for(fast, WAIT)
         gc.collect()
         held_after, _ = tracemalloc.get_traced_memory()

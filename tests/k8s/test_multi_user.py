@@ -175,6 +175,11 @@ def pod(name: str, **spec: Any) -> dict[str, Any]:
 def pytorchjob(
     name: str, owner: str, spec_annotation: str, pod_spec: dict[str, Any]
 ) -> dict[str, Any]:
+    """A PyTorchJob of `pod_spec`'s pods, its first container named "pytorch" as the Training
+    Operator's validating webhook requires (it applies cluster-wide once the tier's operator
+    runs)."""
+    first, *others = pod_spec["containers"]
+    pod_spec = {**pod_spec, "containers": [{**first, "name": "pytorch"}, *others]}
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",

@@ -25,6 +25,7 @@ from distrun.core.spec import JobSpec
 from distrun.engines.kube.kubeflow import KubeflowEngine
 
 from .cluster import KubeCluster
+from .real_operator import end_pods, job_pods
 
 pytestmark = pytest.mark.kubernetes
 
@@ -38,7 +39,6 @@ SPECS = {
     "jax": {"worker": 3},
     "mpi": {"launcher": 1, "worker": 2},
 }
-EXIT_ANNOTATION = "kwok.distrun.test/exit-code"
 
 
 def spec(framework: str, **fields: Any) -> JobSpec:
@@ -66,20 +66,6 @@ async def eventually(read: Callable[[], Any], check: Callable[[Any], bool], what
         await asyncio.sleep(0.3)
 
 
-async def job_pods(api: Any, namespace: str, job_id: str) -> dict[str, Any]:
-    """The operator's pods of the job, by replica name (`{role}-{index}`)."""
-    listed = await client.CoreV1Api(api).list_namespaced_pod(
-        namespace, label_selector=f"training.kubeflow.org/job-name={job_id}"
-    )
-    pods = {}
-    for pod in listed.items:
-        labels = pod.metadata.labels
-        role = labels["training.kubeflow.org/replica-type"]
-        index = labels.get("training.kubeflow.org/replica-index", "0")  # MPI's launcher: none
-        pods[f"{role}-{index}"] = pod
-    return pods
-
-
 def container_env(pod: Any, container: str, pod_ip: str) -> dict[str, str]:
     """The container's environment as its process sees it: the pod's IP where a variable
     takes it from the pod (`pod_ip` stands for it), and `$(NAME)` references expanded, as the
@@ -92,24 +78,6 @@ def container_env(pod: Any, container: str, pod_ip: str) -> dict[str, str]:
         else:
             env[var.name] = re.sub(r"\$\((\w+)\)", lambda m: env.get(m[1], m[0]), var.value or "")
     return env
-
-
-async def end_pods(
-    core: Any, namespace: str, pods: dict[str, Any], exits: dict[str, str] | None = None
-) -> None:
-    """Has kwok end each replica's container with its exit code (default 0). A pod already
-    gone is fine: once the job has ended, the operator deletes the pods still running
-    (cleanPodPolicy Running). Failing replicas end first: a PyTorchJob succeeds as soon as
-    its master does."""
-    codes = {replica: (exits or {}).get(replica, "0") for replica in pods}
-    for replica in sorted(pods, key=lambda name: codes[name] == "0"):
-        pod = pods[replica]
-        patch = {"metadata": {"annotations": {EXIT_ANNOTATION: codes[replica]}}}
-        try:
-            await core.patch_namespaced_pod(pod.metadata.name, namespace, patch)
-        except client.exceptions.ApiException as error:
-            if error.status != 404:
-                raise
 
 
 def field_value(pod: Any, path: str, pod_ip: str) -> str:

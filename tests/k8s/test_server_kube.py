@@ -1,7 +1,8 @@
 """The Kubernetes engines end to end through real jupyter_server processes: a cell submitted over
 REST becomes a PyTorchJob and its ConfigMap in the user's namespace, every replica's log comes
 through one websocket with status events and resume, another user sees none of it, and any
-server process (a second one, a restarted one) serves the job from the API server alone."""
+server process (a second one, a restarted one) serves the job from the API server alone. The
+real Training Operator makes the pods and ends the job (fixture `alice_operator`)."""
 
 from __future__ import annotations
 
@@ -27,14 +28,7 @@ from .distrun_server import (
     unreachable_kubeconfig,
     user_namespace,
 )
-from .operator_sim import (
-    PYTORCHJOBS,
-    WAIT,
-    create_pod,
-    get_custom,
-    pytorch_pod_labels,
-    set_job_conditions,
-)
+from .real_operator import PYTORCHJOBS, WAIT, get_custom, pods_held, register_logs, succeed
 
 pytestmark = pytest.mark.kubernetes
 
@@ -49,7 +43,7 @@ def server_kubeconfig(kube_cluster: KubeCluster) -> Path:
 
 @pytest.fixture(scope="module")
 def servers(
-    kube_cluster: KubeCluster, server_kubeconfig: Path, tmp_path_factory: Any
+    kube_cluster: KubeCluster, server_kubeconfig: Path, tmp_path_factory: Any, alice_operator: str
 ) -> Iterator[tuple[DistrunServer, DistrunServer]]:
     """Two independent server processes on the same cluster; the second also has an engine
     whose API server is unreachable."""
@@ -65,25 +59,6 @@ def servers(
     with running(DistrunServer(engines), DistrunServer(second_engines)) as (first, second):
         yield first, second
     delete_user_jobs(kube_cluster)
-
-
-async def start_pods(
-    cluster: KubeCluster, admin: Any, job_id: str, **lines: tuple[str, ...]
-) -> dict[str, Any]:
-    """The operator's pods for `lines` ({"master": (...), "worker": (...)}), index 0 each."""
-    job = await get_custom(admin, ALICE_NS, PYTORCHJOBS, job_id)
-    logs = {}
-    for role, role_lines in lines.items():
-        logs[role] = await create_pod(
-            cluster,
-            admin,
-            job,
-            name=f"{job_id}-{role}-0",
-            labels=pytorch_pod_labels(job_id, role, 0),
-            container="pytorch",
-            lines=role_lines,
-        )
-    return logs
 
 
 async def read_until(
@@ -119,6 +94,17 @@ async def read_to_end(ws: WebSocketClientConnection) -> list[dict[str, Any]]:
     return messages
 
 
+async def alice_reads(server: DistrunServer, job_id: str, text: str) -> None:
+    """Returns once alice's logs of the job (REST) hold a line `text`."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        status, page = await server.call("alice", "distrun", "jobs", job_id, "logs", format="json")
+        if status == 200 and text in [line[3] for line in page["lines"]]:
+            return
+        assert time.monotonic() < deadline, f"alice never read {text!r}: {status} {page}"
+        await asyncio.sleep(0.2)
+
+
 # --- engines --------------------------------------------------------------------------------
 
 
@@ -150,28 +136,31 @@ async def test_a_kubeflow_cell_streams_every_replica_through_one_websocket_with_
     servers: tuple[DistrunServer, DistrunServer], kube_cluster: KubeCluster, kube_admin: Any
 ) -> None:
     server, _ = servers
-    job = await submit_cell(server, CELL)
-    job_id = job["id"]
-    assert job["engine"] == "kubeflow" and job["owner"] == "alice"
-    assert [r["name"] for r in job["replicas"]] == ["master-0", "worker-0"]
+    with pods_held(kube_cluster):  # the operator's pods wait, Unschedulable, until the block ends
+        job = await submit_cell(server, CELL)
+        job_id = job["id"]
+        logs = register_logs(
+            kube_cluster, ALICE_NS, job_id, {"master-0": ("m0", "m1"), "worker-0": ("w0",)}
+        )
+        assert job["engine"] == "kubeflow" and job["owner"] == "alice"
+        assert [r["name"] for r in job["replicas"]] == ["master-0", "worker-0"]
 
-    # The operator's object and the code's ConfigMap, owned by it, in alice's namespace.
-    obj = await get_custom(kube_admin, ALICE_NS, PYTORCHJOBS, job_id)
-    assert obj["metadata"]["annotations"]["distrun.io/owner"] == "alice"
-    assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "distrun"
-    assert set(obj["spec"]["pytorchReplicaSpecs"]) == {"Master", "Worker"}
-    configmap = await client.CoreV1Api(kube_admin).read_namespaced_config_map(job_id, ALICE_NS)
-    (reference,) = configmap.metadata.owner_references
-    assert (reference.kind, reference.uid) == ("PyTorchJob", obj["metadata"]["uid"])
-    assert any("hello from every replica" in value for value in configmap.data.values())
+        # The operator's object and the code's ConfigMap, owned by it, in alice's namespace.
+        obj = await get_custom(kube_admin, ALICE_NS, PYTORCHJOBS, job_id)
+        assert obj["metadata"]["annotations"]["distrun.io/owner"] == "alice"
+        assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "distrun"
+        assert set(obj["spec"]["pytorchReplicaSpecs"]) == {"Master", "Worker"}
+        configmap = await client.CoreV1Api(kube_admin).read_namespaced_config_map(job_id, ALICE_NS)
+        (reference,) = configmap.metadata.owner_references
+        assert (reference.kind, reference.uid) == ("PyTorchJob", obj["metadata"]["uid"])
+        assert any("hello from every replica" in value for value in configmap.data.values())
 
-    path = ("distrun", "jobs", job_id, "logs", "stream")
-    ws = await server.websocket("alice", *path)
-    first = await receive(ws)
-    assert first is not None and first["type"] == "status"
-    assert first["job"]["state"] == "pending" and first["job"]["reason"]
+        path = ("distrun", "jobs", job_id, "logs", "stream")
+        ws = await server.websocket("alice", *path)
+        first = await receive(ws)
+        assert first is not None and first["type"] == "status"
+        assert first["job"]["state"] == "pending" and first["job"]["reason"]
 
-    logs = await start_pods(kube_cluster, kube_admin, job_id, master=("m0", "m1"), worker=("w0",))
     seen = await read_until(ws, has_texts("m0", "m1", "w0"))
     await read_until(ws, lambda _: statuses(seen)[-1]["state"] == "running", seen)
     assert sorted(lines_in(seen)) == [
@@ -182,8 +171,8 @@ async def test_a_kubeflow_cell_streams_every_replica_through_one_websocket_with_
     ws.close()
 
     # Lines written while nobody listens; the client resumes after what it had.
-    logs["master"].write("m2")
-    logs["worker"].write("w1", "w2")
+    logs["master-0"].write("m2")
+    logs["worker-0"].write("w1", "w2")
     resumed = await server.websocket("alice", *path, since="master-0:2,worker-0:1")
     again = await read_until(resumed, has_texts("m2", "w1", "w2"))
     assert again[0]["type"] == "status" and again[0]["job"]["state"] == "running"
@@ -193,7 +182,7 @@ async def test_a_kubeflow_cell_streams_every_replica_through_one_websocket_with_
         ("worker-0", 2, "w2"),
     ]
 
-    await set_job_conditions(kube_admin, obj, "Created", "Running", "Succeeded")
+    await succeed(kube_admin, ALICE_NS, job_id)
     rest = await read_to_end(resumed)
     assert rest[-1] == {"type": "end"}
     assert statuses(again + rest)[-1]["state"] == "succeeded"
@@ -217,12 +206,14 @@ async def test_a_kubeflow_cell_streams_every_replica_through_one_websocket_with_
 
 
 async def test_bob_gets_404_for_everything_of_alices(
-    servers: tuple[DistrunServer, DistrunServer], kube_cluster: KubeCluster, kube_admin: Any
+    servers: tuple[DistrunServer, DistrunServer], kube_cluster: KubeCluster
 ) -> None:
     server, _ = servers
-    job = await submit_cell(server, CELL)
-    job_id = job["id"]
-    await start_pods(kube_cluster, kube_admin, job_id, master=("secret",))
+    with pods_held(kube_cluster):
+        job = await submit_cell(server, CELL)
+        job_id = job["id"]
+        register_logs(kube_cluster, ALICE_NS, job_id, {"master-0": ("secret",)})
+    await alice_reads(server, job_id, "secret")
     for method, path in (
         ("GET", ("distrun", "jobs", job_id)),
         ("GET", ("distrun", "jobs", job_id, "logs")),
@@ -253,12 +244,15 @@ async def test_bob_gets_404_for_everything_of_alices(
 
 
 async def test_another_server_and_a_restarted_one_serve_the_job_from_the_api_server_alone(
-    servers: tuple[DistrunServer, DistrunServer], kube_cluster: KubeCluster, kube_admin: Any
+    servers: tuple[DistrunServer, DistrunServer], kube_cluster: KubeCluster
 ) -> None:
     first, second = servers
-    job = await submit_cell(first, CELL)
-    job_id = job["id"]
-    logs = await start_pods(kube_cluster, kube_admin, job_id, master=("m0", "m1"), worker=("w0",))
+    with pods_held(kube_cluster):
+        job = await submit_cell(first, CELL)
+        job_id = job["id"]
+        logs = register_logs(
+            kube_cluster, ALICE_NS, job_id, {"master-0": ("m0", "m1"), "worker-0": ("w0",)}
+        )
     ws = await first.websocket("alice", "distrun", "jobs", job_id, "logs", "stream")
     seen = await read_until(ws, has_texts("m0", "m1", "w0"))
     ws.close()
@@ -272,7 +266,7 @@ async def test_another_server_and_a_restarted_one_serve_the_job_from_the_api_ser
     assert sorted(
         tuple(x) for x in lines_in([{"type": "lines", "lines": page["lines"]}])
     ) == sorted(lines_in(seen))
-    logs["master"].write("m2")
+    logs["master-0"].write("m2")
     ws = await second.websocket(
         "alice", "distrun", "jobs", job_id, "logs", "stream", since="master-0:2,worker-0:1"
     )

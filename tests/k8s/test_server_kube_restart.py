@@ -2,7 +2,9 @@
 old log is served as `previous`, a new one starts, the pod's status shows the restart. Seqs
 continue across restarts with nothing duplicated, live and for a client resuming with `since`
 through another server process, which knows the earlier runs' line counts only from the
-ledger in the API server (after two restarts the first run's log is gone from the node)."""
+ledger in the API server (after two restarts the first run's log is gone from the node). The
+real Training Operator makes the pod and ends the job; the restarts, and the container's end
+after them, are the kubelet's, done by hand (kwok simulates no restarts)."""
 
 from __future__ import annotations
 
@@ -17,13 +19,8 @@ from .distrun_server import (
     receive,
     user_namespace,
 )
-from .operator_sim import (
-    create_pod,
-    get_custom,
-    pytorch_pod_labels,
-    restart_container,
-    set_job_conditions,
-)
+from .operator_sim import end_restarted_container, restart_container
+from .real_operator import pods_held, register_logs
 
 pytestmark = pytest.mark.kubernetes
 
@@ -44,28 +41,24 @@ async def lines_until(
 
 
 async def test_seqs_continue_across_container_restarts_live_and_resumed_elsewhere(
-    servers: tuple[DistrunServer, DistrunServer], kube_cluster: KubeCluster, kube_admin: Any
+    servers: tuple[DistrunServer, DistrunServer],
+    alice_operator: str,
+    kube_cluster: KubeCluster,
+    kube_admin: Any,
 ) -> None:
     first, second = servers
-    status, job = await first.call(
-        "alice", "distrun", "jobs", method="POST", body={"cell": MASTER_ONLY}
-    )
-    assert status == 201, job
-    job_id, pod = job["id"], f"{job['id']}-master-0"
-    owner = await get_custom(kube_admin, ALICE_NS, "kubeflow.org/v1/pytorchjobs", job_id)
-    path = ("distrun", "jobs", job_id, "logs", "stream")
-    live = await first.websocket("alice", *path)
-    log = await create_pod(
-        kube_cluster,
-        kube_admin,
-        owner,
-        name=pod,
-        labels=pytorch_pod_labels(job_id, "master", 0),
-        container="pytorch",
-        lines=("a0", "a1"),
-    )
+    with pods_held(kube_cluster):  # the operator's pod waits until its log is registered
+        status, job = await first.call(
+            "alice", "distrun", "jobs", method="POST", body={"cell": MASTER_ONLY}
+        )
+        assert status == 201, job
+        job_id, pod = job["id"], f"{job['id']}-master-0"
+        logs = register_logs(kube_cluster, ALICE_NS, job_id, {"master-0": ("a0", "a1")})
+        path = ("distrun", "jobs", job_id, "logs", "stream")
+        live = await first.websocket("alice", *path)
+    log = logs["master-0"]
     seen: list[tuple[int, str]] = []
-    await lines_until(live, "a1", seen)
+    await lines_until(live, "a1", seen)  # the pod runs
     log.write("a2")  # the first run's last words, just before it dies
 
     log = await restart_container(kube_cluster, kube_admin, ALICE_NS, pod, "pytorch", "b0")
@@ -95,7 +88,7 @@ async def test_seqs_continue_across_container_restarts_live_and_resumed_elsewher
     ]  # the first run's log is gone from the node; what remains keeps its seqs
     assert page["next"] == {"master-0": 6}
 
-    await set_job_conditions(kube_admin, owner, "Created", "Running", "Succeeded")
+    await end_restarted_container(kube_admin, ALICE_NS, pod)  # the operator ends the job
     for ws in (live, resumed):
         rest = []
         while (message := await receive(ws)) is not None:

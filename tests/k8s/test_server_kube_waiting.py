@@ -1,20 +1,27 @@
 """Why a job is not running yet, in words, as the log websocket's status events say it (what the
 sidebar shows): from pod status (scheduling, starting, image pulls as the kubelet reports
-them), from the operator's events when there are no pods, and from Volcano's PodGroup."""
+them), from the operator's events when there are no pods, and from Volcano's PodGroup. The real
+Training Operator makes the pods and records the events; the kubelet's image pull (kwok has
+none) and Volcano's PodGroup (Volcano runs only in `controllers_cluster`, where
+test_engines_on_real_controllers.py checks its reasons through the engine) are made by hand."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes
 import pytest
+from kubernetes_asyncio import client
 from tornado.websocket import WebSocketClientConnection
 
 from distrun.engines.kube.volcano import podgroup_reason
 
-from .cluster import KubeCluster
+from .cluster import KubeCluster, wait_for
+from .controllers import training_operator_for
 from .distrun_server import (
     DistrunServer,
     delete_user_jobs,
@@ -24,16 +31,8 @@ from .distrun_server import (
     running,
     user_namespace,
 )
-from .operator_sim import (
-    WAIT,
-    create_pod,
-    get_custom,
-    image_pull_back_off,
-    put_podgroup,
-    pytorch_pod_labels,
-    wait_for_pod,
-    warning_event,
-)
+from .operator_sim import image_pull_back_off, put_podgroup, wait_for_pod
+from .real_operator import WAIT, clear_v1_jobs, get_custom, operator_pods, pods_held
 
 pytestmark = pytest.mark.kubernetes
 
@@ -47,6 +46,14 @@ def server(kube_cluster: KubeCluster) -> Iterator[DistrunServer]:
     with running(DistrunServer(engine_config(kubeconfig))) as (started,):
         yield started
     delete_user_jobs(kube_cluster)
+
+
+@pytest.fixture
+def operator(kube_cluster: KubeCluster, operator_namespace: str) -> Iterator[None]:
+    """The real Training Operator reconciling alice's namespace during one test (after the
+    session's, which serves the webhooks)."""
+    with training_operator_for(kube_cluster, ALICE_NS):
+        yield
 
 
 async def submit(server: DistrunServer, cell: str) -> dict[str, Any]:
@@ -76,20 +83,11 @@ async def reason_until(ws: WebSocketClientConnection, check: Any) -> str:
 
 
 async def test_an_unschedulable_pod_is_named_with_the_schedulers_words(
-    server: DistrunServer, kube_cluster: KubeCluster, kube_admin: Any
+    server: DistrunServer, operator: None
 ) -> None:
-    job = await submit(server, MASTER_ONLY)
+    cell = MASTER_ONLY.replace("%worker=0\n", "%worker=0\n%master=1\n%master.gpu=16\n")
+    job = await submit(server, cell)  # no node has 16 GPUs
     ws = await stream(server, job["id"])
-    owner = await get_custom(kube_admin, ALICE_NS, "kubeflow.org/v1/pytorchjobs", job["id"])
-    await create_pod(
-        kube_cluster,
-        kube_admin,
-        owner,
-        name=f"{job['id']}-master-0",
-        labels=pytorch_pod_labels(job["id"], "master", 0),
-        container="pytorch",
-        gpus=64,  # more than any node has
-    )
     reason = await reason_until(ws, lambda r: "Unschedulable" in r)
     assert reason.startswith("master-0: Unschedulable: 0/2 nodes are available")
     assert "nvidia.com/gpu" in reason
@@ -97,27 +95,23 @@ async def test_an_unschedulable_pod_is_named_with_the_schedulers_words(
 
 
 async def test_a_starting_pod_then_an_image_pull_back_off_are_said_as_they_happen(
-    server: DistrunServer, kube_cluster: KubeCluster, kube_admin: Any
+    server: DistrunServer, kube_cluster: KubeCluster, kube_admin: Any, operator: None
 ) -> None:
-    job = await submit(server, MASTER_ONLY)
-    pod = f"{job['id']}-master-0"
-    ws = await stream(server, job["id"])
-    owner = await get_custom(kube_admin, ALICE_NS, "kubeflow.org/v1/pytorchjobs", job["id"])
-    await create_pod(
-        kube_cluster,
-        kube_admin,
-        owner,
-        name=pod,
-        labels=pytorch_pod_labels(job["id"], "master", 0),
-        container="pytorch",
-        annotations={"kwok.distrun.test/start-after": "1h"},  # scheduled, never started
-    )
+    with pods_held(kube_cluster):  # the operator's pod waits while the test marks it
+        job = await submit(server, MASTER_ONLY)
+        pod = f"{job['id']}-master-0"
+        ws = await stream(server, job["id"])
+        await operator_pods(kube_admin, ALICE_NS, job["id"], 1)
+        never_starts = {"kwok.distrun.test/start-after": "1h"}  # scheduled, never started
+        await client.CoreV1Api(kube_admin).patch_namespaced_pod(
+            pod, ALICE_NS, {"metadata": {"annotations": never_starts}}
+        )
     reason = await reason_until(ws, lambda r: "starting on node" in r)
     assert reason.startswith("master-0: starting on node kwok-")
     await wait_for_pod(
         kube_admin, ALICE_NS, pod, lambda p: p["spec"].get("nodeName"), "the pod to be bound"
     )
-    await image_pull_back_off(kube_admin, ALICE_NS, pod, "pytorch")
+    await image_pull_back_off(kube_admin, ALICE_NS, pod, "pytorch")  # the kubelet's part
     reason = await reason_until(ws, lambda r: "ImagePullBackOff" in r)
     assert reason == ('master-0: ImagePullBackOff: Back-off pulling image "registry.invalid/x:1"')
     status, fetched = await server.call("alice", "distrun", "jobs", job["id"])
@@ -127,24 +121,58 @@ async def test_a_starting_pod_then_an_image_pull_back_off_are_said_as_they_happe
 
 
 async def test_the_operators_warning_is_the_reason_while_there_are_no_pods(
-    server: DistrunServer, kube_admin: Any
+    server: DistrunServer, kube_cluster: KubeCluster, kube_admin: Any, operator_namespace: str
 ) -> None:
+    """A ResourceQuota refuses the operator's pods: its FailedCreatePod warning is the reason,
+    and a newer one (another quota) replaces it."""
+    await clear_v1_jobs(kube_admin, ALICE_NS)  # and their pods: the quota's words count them
     job = await submit(server, MASTER_ONLY)
+    pod = f"{job['id']}-master-0"
     ws = await stream(server, job["id"])
     first = await receive(ws)
     assert first is not None and first["job"]["reason"] == (
         "waiting for the controller to create the pods"
     )
-    owner = await get_custom(kube_admin, ALICE_NS, "kubeflow.org/v1/pytorchjobs", job["id"])
-    quota = 'pods "x-master-0" is forbidden: exceeded quota: gpus, requested: nvidia.com/gpu=8'
-    await warning_event(kube_admin, owner, "FailedCreatePod", quota)
-    reason = await reason_until(ws, lambda r: "FailedCreatePod" in r)
-    assert reason == f"FailedCreatePod: {quota}"
-    # Seen through the follow, so a newer warning can only arrive by its re-reading events.
-    await warning_event(kube_admin, owner, "FailedCreatePod", "admission webhook denied", 5)
-    reason = await reason_until(ws, lambda r: "webhook" in r)
-    assert reason == "FailedCreatePod: admission webhook denied"
+    with no_pods_quota(kube_cluster, "no-pods"), training_operator_for(kube_cluster, ALICE_NS):
+        reason = await reason_until(ws, lambda r: "FailedCreatePod" in r)
+        assert reason == f"FailedCreatePod: {refused(pod, 'no-pods')}"
+        # Seen through the follow, so a newer warning can only arrive by its re-reading events.
+        with no_pods_quota(kube_cluster, "still-no-pods"):
+            remove_quota(kube_cluster, "no-pods")
+            reason = await reason_until(ws, lambda r: "still-no-pods" in r)
+            assert reason == f"FailedCreatePod: {refused(pod, 'still-no-pods')}"
     ws.close()
+
+
+def refused(pod: str, quota: str) -> str:
+    """The operator's words when the API server refuses it a pod for `quota` (pods: 0)."""
+    return (
+        f'Error creating: pods "{pod}" is forbidden: exceeded quota: {quota}, '
+        "requested: pods=1, used: pods=0, limited: pods=0"
+    )
+
+
+@contextlib.contextmanager
+def no_pods_quota(cluster: KubeCluster, name: str) -> Iterator[None]:
+    """A ResourceQuota `name` of no pods in alice's namespace, inside the block."""
+    body = {"metadata": {"name": name}, "spec": {"hard": {"pods": "0"}}}
+    core = kubernetes.client.CoreV1Api(cluster.admin)
+    core.create_namespaced_resource_quota(ALICE_NS, body)
+    try:
+        # Enforced as such once the quota controller has counted its usage.
+        wait_for(
+            lambda: bool(core.read_namespaced_resource_quota(name, ALICE_NS).status.hard),
+            f"quota {name} to be counted",
+        )
+        yield
+    finally:
+        remove_quota(cluster, name)
+
+
+def remove_quota(cluster: KubeCluster, name: str) -> None:
+    core = kubernetes.client.CoreV1Api(cluster.admin)
+    with contextlib.suppress(kubernetes.client.exceptions.ApiException):
+        core.delete_namespaced_resource_quota(name, ALICE_NS)
 
 
 async def test_a_volcano_gang_says_it_waits_for_its_queue_then_for_placement(
