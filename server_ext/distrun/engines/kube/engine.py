@@ -42,7 +42,7 @@ from distrun.engines.kube.client import (
     namespace_for,
     new_api_client,
 )
-from distrun.engines.kube.gpu_modes import SHARED_GPU, GpuMode, gpu_shortage
+from distrun.engines.kube.gpu_modes import SHARED_GPU, GpuMode, gpu_shortage, pod_gpus
 from distrun.engines.kube.kueue import check_queue_system, workload_reason
 from distrun.engines.kube.logs import (
     LedgerStore,
@@ -897,6 +897,7 @@ def replica_status(name: str, pod: Obj | None) -> ReplicaStatus:
     if pod is None:
         status.reason = "no pod yet"
         return status
+    status.gpu = pod_gpus(pod)
     pod_status = pod.get("status") or {}
     containers = pod_status.get("containerStatuses") or []
     container = containers[0] if containers else {}

@@ -13,7 +13,9 @@ A request the mode cannot express is refused with what the mode can give. Pure f
 """
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from distrun.core.errors import SpecError
 from distrun.core.gpus import GpuRequest
@@ -147,3 +149,16 @@ def gpu_shortage(message: str) -> str:
     if not short:
         return ""
     return f" [short of GPU resource {', '.join(short)}: no node has enough of it free]"
+
+
+def pod_gpus(pod: Mapping[str, Any]) -> str | None:
+    """The GPU resources a replica's pod holds, in words: "nvidia.com/mig-1g.5gb=1 on node
+    gpu-3"; None when it holds none."""
+    spec = pod.get("spec") or {}
+    containers = spec.get("containers") or [{}]
+    limits = (containers[0].get("resources") or {}).get("limits") or {}
+    held = [f"{name}={amount}" for name, amount in limits.items() if name.startswith(_GPU_VENDORS)]
+    if not held:
+        return None
+    node = spec.get("nodeName")
+    return ", ".join(held) + (f" on node {node}" if node else " (not yet placed)")
