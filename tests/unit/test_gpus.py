@@ -271,12 +271,15 @@ def test_a_share_on_a_whole_gpu_engine_is_refused_when_the_manifest_is_built():
 
 
 def test_scheduler_messages_name_the_short_gpu_resource():
+    # What kube-scheduler wrote for a HAMi pod asking for more GPU memory than any node has:
+    # nodes without HAMi lack every HAMi resource, the HAMi node lacks only the memory.
     message = (
-        "0/3 nodes are available: 1 Insufficient cpu, 2 Insufficient nvidia.com/gpumem, "
-        "3 Insufficient volcano.sh/vgpu-memory."
+        "0/6 nodes are available: 4 Insufficient nvidia.com/gpu, 5 Insufficient "
+        "nvidia.com/gpucores, 6 Insufficient nvidia.com/gpumem. preemption: 0/6 nodes are "
+        "available: 6 No preemption victims found for incoming pod."
     )
-    assert short_resources(message) == ["nvidia.com/gpumem", "volcano.sh/vgpu-memory"]
-    assert "short of GPU resource nvidia.com/gpumem, volcano.sh/vgpu-memory" in gpu_shortage(
-        message
+    assert short_resources(message) == ["nvidia.com/gpumem"]
+    assert gpu_shortage(message) == (
+        " [short of GPU resource nvidia.com/gpumem: no node has enough of it free]"
     )
     assert gpu_shortage("0/3 nodes are available: 3 Insufficient memory.") == ""

@@ -134,18 +134,25 @@ def _refused(request: GpuRequest, mode: GpuMode, where: str, why: str) -> SpecEr
 
 
 def short_resources(message: str) -> list[str]:
-    """The GPU resources a scheduler's message says are short ("0/3 nodes are available: 3
-    Insufficient nvidia.com/gpumem."), in the order it names them."""
-    return [name for name in _INSUFFICIENT.findall(message) if name.startswith(_GPU_VENDORS)]
+    """The GPU resources a scheduler's message ("0/6 nodes are available: 4 Insufficient
+    nvidia.com/gpu, 6 Insufficient nvidia.com/gpumem.") says the most nodes are short of: the
+    nodes without that kind of GPU at all are short of everything it offers, so the resource
+    no node has enough of is the one that stops the pod."""
+    counts: dict[str, int] = {}
+    for count, name in _INSUFFICIENT.findall(message):
+        if name.startswith(_GPU_VENDORS):
+            counts[name] = max(counts.get(name, 0), int(count))
+    most = max(counts.values(), default=0)
+    return [name for name, count in counts.items() if count == most]
 
 
-_INSUFFICIENT = re.compile(r"Insufficient ([a-z0-9.-]+/[A-Za-z0-9._-]*[A-Za-z0-9])")
+_INSUFFICIENT = re.compile(r"([0-9]+) Insufficient ([a-z0-9.-]+/[A-Za-z0-9._-]*[A-Za-z0-9])")
 _GPU_VENDORS = ("nvidia.com/", "volcano.sh/vgpu", "amd.com/gpu")
 
 
 def gpu_shortage(message: str) -> str:
     """What to add to a scheduler's message that names short GPU resources: "" when none."""
-    short = list(dict.fromkeys(short_resources(message)))
+    short = short_resources(message)
     if not short:
         return ""
     return f" [short of GPU resource {', '.join(short)}: no node has enough of it free]"
@@ -157,7 +164,7 @@ def pod_gpus(pod: Mapping[str, Any]) -> str | None:
     spec = pod.get("spec") or {}
     containers = spec.get("containers") or [{}]
     limits = (containers[0].get("resources") or {}).get("limits") or {}
-    held = [f"{name}={amount}" for name, amount in limits.items() if name.startswith(_GPU_VENDORS)]
+    held = [f"{name}={limits[name]}" for name in sorted(limits) if name.startswith(_GPU_VENDORS)]
     if not held:
         return None
     node = spec.get("nodeName")
