@@ -21,6 +21,8 @@ import {
   defaultValues,
   findFramework,
   formField,
+  gpuExample,
+  gpuOffer,
   IEngines,
   IFormValues,
   IHeaderValues,
@@ -357,18 +359,19 @@ export class RunForm {
         this._edited(this._values!);
       };
       row.insertCell().append(replicas);
+      const offer = gpuOffer(engines, values.engine);
       for (const [resource, placeholder, label] of [
         ['cpu', '1', this._trans.__('%1 CPU', role.name)],
         ['memory', '2Gi', this._trans.__('%1 memory', role.name)],
-        ['gpu', '0', this._trans.__('%1 GPUs', role.name)]
+        ['gpu', gpuExample(offer), this._trans.__('%1 GPUs', role.name)]
       ] as const) {
-        const input = this._input(
-          `roles.${role.name}.${resource}`,
-          resource === 'gpu' ? 'number' : 'text'
-        );
+        const input = this._input(`roles.${role.name}.${resource}`, 'text');
         input.value = current[resource];
         input.placeholder = placeholder;
         input.setAttribute('aria-label', label);
+        if (resource === 'gpu' && offer) {
+          input.title = offer.offers;
+        }
         input.oninput = () => {
           this._values!.roles[role.name][resource] = input.value;
           this._edited(this._values!);
@@ -386,6 +389,14 @@ export class RunForm {
     }
     const wrapper = document.createElement('div');
     wrapper.append(table, this._slot('roles'));
+    const offer = gpuOffer(engines, values.engine);
+    if (offer) {
+      const hint = document.createElement('p');
+      hint.className = 'jp-distrun-RunForm-gpuHint';
+      hint.dataset.testId = 'distrun-form-gpu-offer';
+      hint.textContent = this._trans.__('GPUs: %1', offer.offers);
+      wrapper.append(hint);
+    }
     return wrapper;
   }
 

@@ -26,12 +26,23 @@ export interface IFrameworkInfo {
   completion_roles: string[];
 }
 
+/** What an engine can give of GPUs (`options.gpus` of `GET /distrun/engines`). */
+export interface IGpuOffer {
+  mode: string;
+  offers: string;
+  fractions: boolean;
+  memory: boolean;
+  mig_profiles: string[];
+  resources: string[];
+}
+
 export interface IEngineInfo {
   name: string;
   description: string;
   available: boolean;
   reason: string | null;
   namespaces: string[];
+  options?: { gpus?: IGpuOffer };
 }
 
 /** The body of `GET /distrun/engines`. */
@@ -235,7 +246,7 @@ export function toOverrides(
     for (const resource of changed) {
       const text = role[resource].trim();
       if (text) {
-        resources[resource] = resource === 'gpu' ? Number(text) : text;
+        resources[resource] = resource === 'gpu' ? gpuValue(text) : text;
       }
     }
     roles[name] = Object.keys(resources).length
@@ -252,6 +263,28 @@ export function toOverrides(
     }
   }
   return overrides;
+}
+
+/** A GPU field's text as the spec takes it: a number (2, 0.5) or a MIG profile. */
+export function gpuValue(text: string): number | string {
+  return /^[0-9]+(\.[0-9]+)?$/.test(text) ? Number(text) : text;
+}
+
+/** What the engine `name` ('' = the default) offers of GPUs; undefined when it does not say. */
+export function gpuOffer(
+  engines: IEngines,
+  name: string
+): IGpuOffer | undefined {
+  const wanted = name || engines.default_engine;
+  return engines.engines.find(engine => engine.name === wanted)?.options?.gpus;
+}
+
+/** An example GPU value the engine can give, for the field's placeholder. */
+export function gpuExample(offer: IGpuOffer | undefined): string {
+  if (offer?.mig_profiles.length) {
+    return offer.mig_profiles[0];
+  }
+  return offer?.fractions ? '0.5' : '0';
 }
 
 /**

@@ -2,6 +2,9 @@ import {
   applyHeader,
   defaultValues,
   formField,
+  gpuExample,
+  gpuOffer,
+  gpuValue,
   IEngines,
   readHeader,
   reconcile,
@@ -284,5 +287,44 @@ describe('formField', () => {
     [null, null]
   ])('puts a server error on %p next to %p', (server, form) => {
     expect(formField(server)).toBe(form);
+  });
+});
+
+describe('GPUs', () => {
+  it('sends a share as a number and a MIG profile as text', () => {
+    expect(gpuValue('2')).toBe(2);
+    expect(gpuValue('0.5')).toBe(0.5);
+    expect(gpuValue('mig-1g.5gb')).toBe('mig-1g.5gb');
+    const values = defaultValues(ENGINES, 'pytorch');
+    values.roles.worker = { replicas: 2, cpu: '', memory: '', gpu: '0.5' };
+    expect(toOverrides(values).roles?.worker).toEqual({
+      replicas: 2,
+      resources: { gpu: 0.5 }
+    });
+  });
+
+  it("offers what the chosen engine's GPU mode can give", () => {
+    const mig = {
+      mode: 'mig',
+      offers: 'whole GPUs (%gpu=1) or a MIG slice (%gpu=mig-1g.5gb)',
+      fractions: false,
+      memory: false,
+      mig_profiles: ['mig-1g.5gb'],
+      resources: ['nvidia.com/gpu', 'nvidia.com/mig-<profile>']
+    };
+    const engines: IEngines = {
+      ...ENGINES,
+      engines: [
+        ENGINES.engines[0],
+        { ...ENGINES.engines[1], options: { gpus: mig } }
+      ]
+    };
+    expect(gpuOffer(engines, 'kubeflow')).toBe(mig);
+    expect(gpuOffer(engines, '')).toBeUndefined();
+    expect(gpuExample(mig)).toBe('mig-1g.5gb');
+    expect(gpuExample({ ...mig, mig_profiles: [], fractions: true })).toBe(
+      '0.5'
+    );
+    expect(gpuExample(undefined)).toBe('0');
   });
 });
