@@ -694,6 +694,16 @@ def spec_from_cell(
     return spec, parsed.file_refs
 
 
+def header_line(cell: str, overrides: dict[str, Any] | None, spec_field: str | None) -> int | None:
+    """The header line of `cell` that set `spec_field` ("roles.worker.resources.gpu"), for an
+    error an engine found after the cell parsed; None when no header line set it."""
+    try:
+        parsed = _parse(cell, (overrides or {}).get("framework"))
+    except SpecError:
+        return None
+    return _line_of(spec_field, _header_lines(parsed.field_lines, overrides or {}))
+
+
 def _merge(fields: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(fields)
     for key, value in overrides.items():

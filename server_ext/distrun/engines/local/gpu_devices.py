@@ -202,7 +202,7 @@ def _without_gpus(spec: JobSpec, wanted: Mapping[str, GpuRequest]) -> dict[str, 
         f"{first} asks for {wanted[first].describe()}, but this machine has no GPU (neither "
         "NVML nor nvidia-smi found one); add %gpuFallback=cpu to run on the CPU instead, or "
         "use a cluster engine",
-        field="gpu_fallback",
+        field=f"roles.{first.rsplit('-', 1)[0]}.resources.gpu",
     )
 
 
