@@ -10,6 +10,7 @@ from distrun.core.errors import SpecError
 from distrun.core.gpus import GpuRequest, gpu_request, parse_gpu
 from distrun.core.header import parse_cell, render_header, spec_from_cell
 from distrun.core.spec import JobSpec
+from distrun.engines.kube.engine import replica_status
 from distrun.engines.kube.gpu_modes import (
     GPU_MODES,
     GpuMode,
@@ -20,6 +21,7 @@ from distrun.engines.kube.gpu_modes import (
 from distrun.engines.kube.manifests.common import ClusterOptions, Target
 from distrun.engines.kube.manifests.configmap import code_bundle
 from distrun.engines.kube.manifests.kubeflow import kubeflow_job
+from distrun.engines.kube.volcano import podgroup_reason
 
 TARGET = Target("j-1", "ns", "ann")
 
@@ -283,3 +285,55 @@ def test_scheduler_messages_name_the_short_gpu_resource():
         " [short of GPU resource nvidia.com/gpumem: no node has enough of it free]"
     )
     assert gpu_shortage("0/3 nodes are available: 3 Insufficient memory.") == ""
+
+
+def test_a_pending_pod_names_the_short_gpu_resource_and_what_it_asked_for():
+    message = (
+        "0/3 nodes are available: 2 Insufficient nvidia.com/mig-3g.20gb, "
+        "3 Insufficient nvidia.com/mig-7g.40gb."
+    )
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [{"resources": {"limits": {"nvidia.com/mig-7g.40gb": "1", "cpu": "1"}}}]
+        },
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                }
+            ],
+        },
+    }
+    status = replica_status("master-0", pod)
+    assert status.reason == (
+        f"Unschedulable: {message} [short of GPU resource nvidia.com/mig-7g.40gb: no node has "
+        "enough of it free]"
+    )
+    assert status.gpu == "nvidia.com/mig-7g.40gb=1 (not yet placed)"
+
+
+def test_a_volcano_gang_that_waits_names_the_short_gpu_resource():
+    group = {
+        "spec": {"queue": "default", "minMember": 2},
+        "status": {
+            "phase": "Inqueue",
+            "conditions": [
+                {
+                    "type": "Unschedulable",
+                    "status": "True",
+                    "message": "2/2 tasks in gang unschedulable: 0/4 nodes are unavailable: "
+                    "4 Insufficient volcano.sh/vgpu-memory.",
+                }
+            ],
+        },
+    }
+    reason = podgroup_reason(group)
+    assert reason is not None
+    assert reason.endswith(
+        "[short of GPU resource volcano.sh/vgpu-memory: no node has enough of it free]"
+    )
