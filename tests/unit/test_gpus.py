@@ -124,7 +124,8 @@ def test_a_bad_share_in_the_header_names_its_line():
     with pytest.raises(SpecError) as raised:
         spec_from_cell("%framework=pytorch\n%worker=2\n%worker.gpu=1.5\nx\n")
     assert raised.value.line == 3
-    assert "a share of one GPU like 0.5" in str(raised.value)
+    assert "worker.gpu '1.5' is more than one GPU but not a whole number" in str(raised.value)
+    assert "write %worker.gpu=1" in str(raised.value)
 
 
 @pytest.mark.parametrize("gpu", [2, 0.5, "mig-2g.10gb"])

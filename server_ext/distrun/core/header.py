@@ -69,6 +69,7 @@ _SETTING_LINE = re.compile(r"[ \t]*%([A-Za-z][A-Za-z0-9_.-]*)[ \t]*=(.*)")
 _MAGIC_LINE = re.compile(r"[ \t]*%%distrun(?:[ \t](.*))?")
 _SEGMENT = re.compile(r"[ \t]*%([A-Za-z][A-Za-z0-9_-]*)[ \t]*=(.*)")
 _WHOLE_NUMBER = re.compile(r"[0-9]+")
+_DECIMAL = re.compile(r"[0-9]{1,6}\.[0-9]{1,6}")
 _DURATION = re.compile(r"([0-9]{1,9})([smhd]?)")
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _LINE_BREAKS = ("\n", "\r")
@@ -109,6 +110,11 @@ def _gpu(raw: str) -> int | float | str:
     try:
         return parse_gpu(raw, 10**MAX_COUNT_DIGITS)
     except SpecError:
+        if _DECIMAL.fullmatch(raw) and float(raw) > 1:
+            raise _BadValue(
+                "is more than one GPU but not a whole number; ask for whole GPUs, or for a "
+                "share of one below 1"
+            ) from None
         raise _BadValue(f"is not {GPU_WRITE}") from None
 
 
