@@ -162,6 +162,16 @@ def test_job_details_show_every_replica_and_the_failing_lines() -> None:
                          "  ValueError: boom")  # fmt: skip
 
 
+def test_job_details_say_which_device_or_share_each_replica_got() -> None:
+    running = job("running")
+    share = "50% of GPU 0 (GPU-a); compute share enforced by CUDA MPS"
+    running["replicas"][1]["gpu"] = share
+    lines = job_details(running).splitlines()
+    assert [line for line in lines if "GPU:" in line] == [
+        f"{running['replicas'][1]['name']}  GPU: {share}"
+    ]
+
+
 def test_a_console_for_people_shows_lines_as_a_terminal_would_and_files_get_them_raw() -> None:
     raw = "\x1b[32mok\x1b[0m 10%\r\x1b[32mok\x1b[0m 20%\x1b]0;title\x07"
     line = LogLine("worker-0", 0, 0.0, raw)

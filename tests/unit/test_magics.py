@@ -306,7 +306,11 @@ def test_traceback_line_numbers_of_the_code_match_the_cell():
         ),
         ("%framework=pytorch\n%worker.cpu=fast\n", 2, "write %worker.cpu=2"),
         ("%framework=pytorch\n%worker=2;%cpu=x\n", 2, "write %worker.cpu=2"),
-        ("%framework=pytorch\n%gpu=one\n", 2, "gpu 'one' is not a whole number; write %gpu=1"),
+        (
+            "%framework=pytorch\n%gpu=one\n",
+            2,
+            "gpu 'one' is not a whole number like 1, a share of one GPU like 0.5",
+        ),
         ("%framework=pytorch\n%restartPolicy=sometimes\n", 2, "is not one of Never, OnFailure"),
         ("%framework=pytorch\n%cleanPolicy=some\n", 2, "is not one of None, Running, All"),
         ("%framework=pytorch\n%deadline=soon\n", 2, "is not a duration"),
@@ -327,7 +331,11 @@ def test_traceback_line_numbers_of_the_code_match_the_cell():
         ("%framework=pytorch\n%files=../secret\n", 2, "must be relative and stay inside"),
         ("%framework=pytorch\n%files=a.py,,b.py\n", 2, "has an empty name"),
         ("%framework=pytorch\n%worker=2;memory=1Gi\n", 2, "cannot follow %worker= on its line"),
-        ("%framework=pytorch\n%worker=2;%image=x\n", 2, "only ;%cpu=, ;%memory= and ;%gpu= can"),
+        (
+            "%framework=pytorch\n%worker=2;%image=x\n",
+            2,
+            "only ;%cpu=, ;%memory=, ;%gpu= and ;%gpuMemory= can",
+        ),
         (
             "%worker=2\nprint(1)\n",
             1,
@@ -357,7 +365,7 @@ def test_traceback_line_numbers_of_the_code_match_the_cell():
         (
             "%%distrun --framework pytorch --role-resources worker:disk=2\n",
             1,
-            "'disk=2' is not cpu=, memory= or gpu=",
+            "'disk=2' is not cpu=, memory=, gpu= or gpuMemory=",
         ),
         (
             "%%distrun --framework pytorch --role-resources worker:memory=x\n",

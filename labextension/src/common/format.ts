@@ -46,6 +46,14 @@ export function formatStatus(job: IJob, trans: ITrans, now?: number): string {
   }
 }
 
+/** Which device or share each replica got ("worker-0: GPU 1 (GPU-…)"); null if none. */
+export function formatGpus(job: IJob): string | null {
+  const lines = job.replicas
+    .filter(replica => replica.gpu)
+    .map(replica => `${replica.name}: ${replica.gpu}`);
+  return lines.length ? lines.join('\n') : null;
+}
+
 function formatFailure(job: IJob, trans: ITrans): string {
   const replica = findReplica(job, job.failed_replica);
   const parts: string[] = [];

@@ -15,11 +15,18 @@ export interface IReplicaStatus {
   started_at: number | null;
   finished_at: number | null;
   reason: string | null;
+  /** The device(s) or share it got, in words; null (or absent, older servers): no GPU. */
+  gpu?: string | null;
 }
 
 export interface IRoleSpec {
   replicas: number;
-  resources?: { cpu?: string | null; memory?: string | null; gpu?: number };
+  resources?: {
+    cpu?: string | null;
+    memory?: string | null;
+    gpu?: number | string;
+    gpu_memory?: string | null;
+  };
 }
 
 export interface IJobSpec {

@@ -9,10 +9,16 @@ import { ITrans } from './trans';
 
 interface IKnownReason {
   pattern: RegExp;
-  words: (trans: ITrans) => string;
+  words: (trans: ITrans, match: RegExpExecArray) => string;
 }
 
 const KNOWN: IKnownReason[] = [
+  {
+    // The Kubernetes engines add which GPU resource no node has enough of.
+    pattern: /\[short of GPU resource ([^:\]]+):/,
+    words: (trans, match) =>
+      trans.__('no node has enough free GPU resource %1', match[1])
+  },
   {
     pattern:
       /\b(ImagePullBackOff|ErrImagePull|InvalidImageName|ErrImageNeverPull)\b/,
@@ -54,8 +60,13 @@ const KNOWN: IKnownReason[] = [
 
 /** The plain sentence for an engine's pending reason, or null when none is known. */
 export function stuckWords(reason: string, trans: ITrans): string | null {
-  const known = KNOWN.find(entry => entry.pattern.test(reason));
-  return known ? known.words(trans) : null;
+  for (const entry of KNOWN) {
+    const match = entry.pattern.exec(reason);
+    if (match) {
+      return entry.words(trans, match);
+    }
+  }
+  return null;
 }
 
 /** `waiting: cannot pull the image (worker-0: ErrImagePull: ...)`, or the reason as it is. */

@@ -21,6 +21,8 @@ import {
   defaultValues,
   findFramework,
   formField,
+  gpuExample,
+  gpuOffer,
   IEngines,
   IFormValues,
   IHeaderValues,
@@ -268,7 +270,8 @@ export class RunForm {
       value => {
         this._values!.engine = value;
         this._edited(this._values!);
-      }
+      },
+      true // the roles' GPU fields offer what this engine can give
     );
 
     const image = this._text('image', values.image, fw?.default_image ?? '');
@@ -323,7 +326,8 @@ export class RunForm {
       this._trans.__('Replicas'),
       this._trans.__('CPU'),
       this._trans.__('Memory'),
-      this._trans.__('GPU')
+      this._trans.__('GPU'),
+      this._trans.__('GPU memory')
     ]) {
       const th = document.createElement('th');
       th.scope = 'col';
@@ -357,18 +361,23 @@ export class RunForm {
         this._edited(this._values!);
       };
       row.insertCell().append(replicas);
+      const offer = gpuOffer(engines, values.engine);
       for (const [resource, placeholder, label] of [
         ['cpu', '1', this._trans.__('%1 CPU', role.name)],
         ['memory', '2Gi', this._trans.__('%1 memory', role.name)],
-        ['gpu', '0', this._trans.__('%1 GPUs', role.name)]
+        ['gpu', gpuExample(offer), this._trans.__('%1 GPUs', role.name)],
+        ['gpuMemory', '10Gi', this._trans.__('%1 GPU memory', role.name)]
       ] as const) {
-        const input = this._input(
-          `roles.${role.name}.${resource}`,
-          resource === 'gpu' ? 'number' : 'text'
-        );
+        const input = this._input(`roles.${role.name}.${resource}`, 'text');
         input.value = current[resource];
         input.placeholder = placeholder;
         input.setAttribute('aria-label', label);
+        if (resource.startsWith('gpu') && offer) {
+          input.title = offer.offers;
+        }
+        if (resource === 'gpuMemory' && offer && !offer.memory) {
+          input.disabled = !input.value; // what a header set stays visible
+        }
         input.oninput = () => {
           this._values!.roles[role.name][resource] = input.value;
           this._edited(this._values!);
@@ -377,15 +386,23 @@ export class RunForm {
       }
       const errorRow = body.insertRow();
       const cell = errorRow.insertCell();
-      cell.colSpan = 5;
+      cell.colSpan = 6;
       const slot = this._slot(`roles.${role.name}`);
       cell.append(slot);
-      for (const what of ['replicas', 'cpu', 'memory', 'gpu']) {
+      for (const what of ['replicas', 'cpu', 'memory', 'gpu', 'gpuMemory']) {
         this._slots.set(`roles.${role.name}.${what}`, slot);
       }
     }
     const wrapper = document.createElement('div');
     wrapper.append(table, this._slot('roles'));
+    const offer = gpuOffer(engines, values.engine);
+    if (offer) {
+      const hint = document.createElement('p');
+      hint.className = 'jp-distrun-RunForm-gpuHint';
+      hint.dataset.testId = 'distrun-form-gpu-offer';
+      hint.textContent = this._trans.__('GPUs: %1', offer.offers);
+      wrapper.append(hint);
+    }
     return wrapper;
   }
 

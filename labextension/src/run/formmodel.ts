@@ -26,12 +26,23 @@ export interface IFrameworkInfo {
   completion_roles: string[];
 }
 
+/** What an engine can give of GPUs (`options.gpus` of `GET /distrun/engines`). */
+export interface IGpuOffer {
+  mode: string;
+  offers: string;
+  fractions: boolean;
+  memory: boolean;
+  mig_profiles: string[];
+  resources: string[];
+}
+
 export interface IEngineInfo {
   name: string;
   description: string;
   available: boolean;
   reason: string | null;
   namespaces: string[];
+  options?: { gpus?: IGpuOffer };
 }
 
 /** The body of `GET /distrun/engines`. */
@@ -47,6 +58,7 @@ export interface IRoleValues {
   cpu: string; // '' = not set
   memory: string;
   gpu: string;
+  gpuMemory: string;
 }
 
 export interface IFormValues {
@@ -68,8 +80,12 @@ export interface IHeaderValues {
   resources: Record<string, Partial<Record<Resource, string>>>;
 }
 
-export type Resource = 'cpu' | 'memory' | 'gpu';
-const RESOURCES: readonly Resource[] = ['cpu', 'memory', 'gpu'];
+export type Resource = 'cpu' | 'memory' | 'gpu' | 'gpuMemory';
+const RESOURCES: readonly Resource[] = ['cpu', 'memory', 'gpu', 'gpuMemory'];
+/** A resource's JobSpec field where the form spells it otherwise. */
+const SPEC_FIELD: Partial<Record<Resource, string>> = {
+  gpuMemory: 'gpu_memory'
+};
 
 export function findFramework(
   engines: IEngines,
@@ -85,7 +101,7 @@ export function roleNames(engines: IEngines): string[] {
 }
 
 function emptyRole(replicas: number): IRoleValues {
-  return { replicas, cpu: '', memory: '', gpu: '' };
+  return { replicas, cpu: '', memory: '', gpu: '', gpuMemory: '' };
 }
 
 /**
@@ -153,7 +169,8 @@ export function reconcile(
         replicas: role.replicas as number,
         cpu: asString(role.cpu),
         memory: asString(role.memory),
-        gpu: asString(role.gpu)
+        gpu: asString(role.gpu),
+        gpuMemory: asString(role.gpuMemory)
       };
     }
   }
@@ -235,7 +252,8 @@ export function toOverrides(
     for (const resource of changed) {
       const text = role[resource].trim();
       if (text) {
-        resources[resource] = resource === 'gpu' ? Number(text) : text;
+        resources[SPEC_FIELD[resource] ?? resource] =
+          resource === 'gpu' ? gpuValue(text) : text;
       }
     }
     roles[name] = Object.keys(resources).length
@@ -252,6 +270,28 @@ export function toOverrides(
     }
   }
   return overrides;
+}
+
+/** A GPU field's text as the spec takes it: a number (2, 0.5) or a MIG profile. */
+export function gpuValue(text: string): number | string {
+  return /^[0-9]+(\.[0-9]+)?$/.test(text) ? Number(text) : text;
+}
+
+/** What the engine `name` ('' = the default) offers of GPUs; undefined when it does not say. */
+export function gpuOffer(
+  engines: IEngines,
+  name: string
+): IGpuOffer | undefined {
+  const wanted = name || engines.default_engine;
+  return engines.engines.find(engine => engine.name === wanted)?.options?.gpus;
+}
+
+/** An example GPU value the engine can give, for the field's placeholder. */
+export function gpuExample(offer: IGpuOffer | undefined): string {
+  if (offer?.mig_profiles.length) {
+    return offer.mig_profiles[0];
+  }
+  return offer?.fractions ? '0.5' : '0';
 }
 
 /**
@@ -273,7 +313,8 @@ export function formField(serverField: string | null): string | null {
   if (parts.length === 1) {
     return 'roles';
   }
-  const what = parts[2] ?? 'replicas';
+  const field = parts[2] ?? 'replicas';
+  const what = field === 'gpu_memory' ? 'gpuMemory' : field;
   return (RESOURCES as readonly string[]).includes(what) || what === 'replicas'
     ? `roles.${parts[1]}.${what}`
     : `roles.${parts[1]}.replicas`;
@@ -285,7 +326,11 @@ export function formField(serverField: string | null): string | null {
 const SETTING_LINE = /^[ \t]*%([A-Za-z][A-Za-z0-9_.-]*)[ \t]*=(.*)$/;
 const MAGIC_LINE = /^[ \t]*%%distrun(?:[ \t](.*))?$/;
 const SEGMENT = /^[ \t]*%([A-Za-z][A-Za-z0-9_-]*)[ \t]*=(.*)$/;
-const ALIASES: Record<string, string> = { cpus: 'cpu', gpus: 'gpu' };
+const ALIASES: Record<string, string> = {
+  cpus: 'cpu',
+  gpus: 'gpu',
+  gpumemory: 'gpuMemory'
+};
 
 function norm(key: string): string {
   const plain = key.toLowerCase().replace(/[_-]/g, '');

@@ -13,6 +13,7 @@ import { DistrunAPIError, listJobs } from '../common/api';
 import {
   formatAge,
   formatDuration,
+  formatGpus,
   formatStatus,
   jobDuration,
   stateLabel
@@ -150,6 +151,14 @@ export class JobListPanel extends Widget {
 
     card.append(top, meta);
     this._openOnSelect(card, job);
+    const gpus = formatGpus(job);
+    if (gpus) {
+      const line = document.createElement('div');
+      line.className = 'jp-distrun-JobCard-gpus';
+      line.dataset.testId = 'distrun-job-gpus';
+      line.textContent = gpus;
+      card.append(line);
+    }
     // A failed job says why; so does a pending one the engine reports stuck.
     if (job.state === 'failed' || (job.state === 'pending' && job.reason)) {
       const reason = document.createElement('div');

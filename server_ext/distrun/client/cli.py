@@ -45,6 +45,7 @@ from distrun.client.console import (
     use_color,
 )
 from distrun.core.errors import DistrunError, SpecError
+from distrun.core.gpus import GPU_FALLBACKS, GpuAmount, parse_gpu
 from distrun.core.spec import JobSpec, Limits
 from distrun.core.version import distrun_version
 from distrun.engines.local import capabilities
@@ -92,19 +93,31 @@ def _env_pair(text: str) -> tuple[str, str]:
 
 
 def _role_resources(text: str) -> tuple[str, dict[str, Any]]:
-    """`worker:cpu=2,memory=4Gi,gpu=1` -> ("worker", {"cpu": "2", "memory": "4Gi", "gpu": 1})."""
+    """`worker:cpu=2,memory=4Gi,gpu=1` -> ("worker", {"cpu": "2", "memory": "4Gi", "gpu": 1});
+    gpu may be a share (0.5) or a MIG profile, gpuMemory a quantity (10Gi)."""
     role, sep, rest = text.partition(":")
     if not sep or not role or not rest:
         raise argparse.ArgumentTypeError(f"{text!r} is not ROLE:cpu=N,memory=Q,gpu=N")
     resources: dict[str, Any] = {}
     for item in rest.split(","):
         key, eq, value = item.partition("=")
-        if key not in ("cpu", "memory", "gpu") or not eq or not value:
+        field = _ROLE_RESOURCE_KEYS.get(key)
+        if field is None or not eq or not value:
             raise argparse.ArgumentTypeError(
-                f"{item!r} in {text!r} is not cpu=N, memory=Q or gpu=N"
+                f"{item!r} in {text!r} is not cpu=N, memory=Q, gpu=N or gpuMemory=Q"
             )
-        resources[key] = _count(value) if key == "gpu" else value
+        resources[field] = _gpu(value) if key == "gpu" else value
     return role, resources
+
+
+_ROLE_RESOURCE_KEYS = {"cpu": "cpu", "memory": "memory", "gpu": "gpu", "gpuMemory": "gpu_memory"}
+
+
+def _gpu(text: str) -> GpuAmount:
+    try:
+        return parse_gpu(text, 10**6)
+    except SpecError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _file_list(text: str) -> list[str]:
@@ -121,9 +134,14 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
         group.add_argument(*flags, dest=f"role_{role}", type=_count, metavar="N")
     group.add_argument("--cpu", help="CPU per replica, e.g. 2 or 500m")
     group.add_argument("--memory", help="memory per replica, e.g. 4Gi")
-    group.add_argument("--gpu", "--gpus", dest="gpu", type=_count, metavar="N")
+    group.add_argument("--gpu", "--gpus", dest="gpu", type=_gpu, metavar="N",
+                       help="GPUs per replica: 1, a share like 0.5, or mig-1g.5gb")  # fmt: skip
+    group.add_argument("--gpu-memory", dest="gpu_memory", metavar="Q",
+                       help="GPU memory per replica, e.g. 10Gi")  # fmt: skip
+    group.add_argument("--gpu-fallback", dest="gpu_fallback", choices=GPU_FALLBACKS,
+                       help="cpu: run on the CPU where the machine has no GPU")  # fmt: skip
     group.add_argument("--role-resources", action="append", type=_role_resources, default=[],
-                       metavar="ROLE:cpu=N,memory=Q,gpu=N")  # fmt: skip
+                       metavar="ROLE:cpu=N,memory=Q,gpu=N,gpuMemory=Q")  # fmt: skip
     group.add_argument("--image")
     group.add_argument("--name", help="job name (the id adds a random suffix)")
     group.add_argument("--engine")
@@ -230,12 +248,14 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
         overrides["active_deadline_seconds"] = args.deadline
     if args.startup_timeout is not None:
         overrides["startup_timeout_seconds"] = args.startup_timeout
+    if args.gpu_fallback is not None:
+        overrides["gpu_fallback"] = args.gpu_fallback
     return overrides
 
 
 def apply_resources(spec: JobSpec, args: argparse.Namespace, limits: Limits) -> JobSpec:
     """`--cpu/--memory/--gpu` on every role, then `--role-resources` per role; revalidated."""
-    common = {key: getattr(args, key) for key in ("cpu", "memory", "gpu")}
+    common = {key: getattr(args, key) for key in ("cpu", "memory", "gpu", "gpu_memory")}
     common = {key: value for key, value in common.items() if value is not None}
     per_role: dict[str, dict[str, Any]] = {}
     for role, resources in args.role_resources:

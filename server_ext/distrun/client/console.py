@@ -225,6 +225,10 @@ def job_details(job: dict[str, Any]) -> str:
             f"{replica['name'].ljust(width)}  {replica['state'].ljust(9)}  {code.ljust(4)}  "
             f"{str(replica.get('restarts', 0)).ljust(8)}  {replica.get('reason') or ''}".rstrip()
         )
+    gpus = [(r["name"], r["gpu"]) for r in job.get("replicas", []) if r.get("gpu")]
+    if gpus:
+        lines.append("")
+        lines.extend(f"{name.ljust(width)}  GPU: {gpu}" for name, gpu in gpus)
     if job.get("last_lines"):
         lines.append("")
         lines.append(f"last lines of {job.get('failed_replica') or 'the failed replica'}:")

@@ -36,6 +36,7 @@ from typing import Any, Literal, NoReturn
 
 from distrun.core.errors import LimitExceeded, SpecError
 from distrun.core.frameworks import FRAMEWORKS
+from distrun.core.gpus import GPU_FALLBACKS, GPU_MEMORY_RE, GPU_MEMORY_WRITE, GPU_WRITE, parse_gpu
 from distrun.core.spec import (
     CLEAN_POD_POLICIES,
     CPU_RE,
@@ -60,12 +61,15 @@ MAX_COUNT_DIGITS = 6
 ROLE_NAMES: tuple[str, ...] = tuple(
     dict.fromkeys(role.name for fw in FRAMEWORKS.values() for role in fw.roles)
 )
-RESOURCE_NAMES = ("cpu", "memory", "gpu")
+RESOURCE_NAMES = ("cpu", "memory", "gpu", "gpuMemory")  # as a header writes them
+# A resource's JobSpec field where the header spells it otherwise.
+_RESOURCE_FIELD = {"gpuMemory": "gpu_memory"}
 
 _SETTING_LINE = re.compile(r"[ \t]*%([A-Za-z][A-Za-z0-9_.-]*)[ \t]*=(.*)")
 _MAGIC_LINE = re.compile(r"[ \t]*%%distrun(?:[ \t](.*))?")
 _SEGMENT = re.compile(r"[ \t]*%([A-Za-z][A-Za-z0-9_-]*)[ \t]*=(.*)")
 _WHOLE_NUMBER = re.compile(r"[0-9]+")
+_DECIMAL = re.compile(r"[0-9]{1,6}\.[0-9]{1,6}")
 _DURATION = re.compile(r"([0-9]{1,9})([smhd]?)")
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _LINE_BREAKS = ("\n", "\r")
@@ -98,6 +102,20 @@ def _count(raw: str) -> int:
     if raw.startswith("-") and _WHOLE_NUMBER.fullmatch(raw[1:]):
         raise _BadValue("cannot be negative")
     raise _BadValue("is not a whole number")
+
+
+def _gpu(raw: str) -> int | float | str:
+    if _WHOLE_NUMBER.fullmatch(raw) or raw.startswith("-"):
+        return _count(raw)
+    try:
+        return parse_gpu(raw, 10**MAX_COUNT_DIGITS)
+    except SpecError:
+        if _DECIMAL.fullmatch(raw) and float(raw) > 1:
+            raise _BadValue(
+                "is more than one GPU but not a whole number; ask for whole GPUs, or for a "
+                "share of one below 1"
+            ) from None
+        raise _BadValue(f"is not {GPU_WRITE}") from None
 
 
 def _duration(raw: str) -> int:
@@ -167,12 +185,14 @@ _SCALARS: dict[str, _Setting] = {
         _Setting(
             "priorityClass", "priority_class", "high", _matching(NAMESPACE_RE, "a PriorityClass")
         ),
+        _Setting("gpuFallback", "gpu_fallback", "cpu", _choice(GPU_FALLBACKS)),
     )
 }
 _RESOURCES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "cpu": ("2", _matching(CPU_RE, "a CPU quantity like 2 or 500m")),
     "memory": ("4Gi", _matching(MEMORY_RE, "a memory quantity like 4Gi")),
-    "gpu": ("1", _count),
+    "gpu": ("1", _gpu),
+    "gpuMemory": ("10Gi", _matching(GPU_MEMORY_RE, GPU_MEMORY_WRITE)),
 }
 _ALIASES = {
     "cleanpodpolicy": "cleanPolicy",
@@ -244,7 +264,7 @@ def _unknown_key(raw_key: str, line: int) -> SpecError:
     plain = [k for k in _KNOWN_KEYS if "." not in k]
     return SpecError(
         f"unknown setting {raw_key!r}; the settings are {', '.join(plain)} and "
-        "<role>.cpu/.memory/.gpu (a line like %env X=1, without '=' after the name, is an "
+        "<role>.cpu/.memory/.gpu/.gpuMemory (a line like %env X=1, without '=' after the name, is an "
         "IPython magic and ends the header)",
         line=line,
     )
@@ -309,11 +329,12 @@ class _Header:
                 self.field_lines[f"roles.{key.name}"] = src.line
             else:
                 example, convert = _RESOURCES[key.name]
-                where = f"roles.{key.role}.{key.name}" if key.role else "roles"
+                spec_field = _RESOURCE_FIELD.get(key.name, key.name)
+                where = f"roles.{key.role}.{spec_field}" if key.role else "roles"
                 setting = _Setting(key.display, where, example, convert)
                 value = _convert(key.display, raw, setting, src)
-                self.resources.setdefault(key.role, {})[key.name] = value
-                self.resource_lines.setdefault(key.role, {})[key.name] = src.line
+                self.resources.setdefault(key.role, {})[spec_field] = value
+                self.resource_lines.setdefault(key.role, {})[spec_field] = src.line
                 if key.role:
                     self.role_lines.setdefault(key.role, src.line)
 
@@ -385,7 +406,7 @@ def _read_setting_line(header: _Header, raw_key: str, value: str, line: int) -> 
         if match is None or resource not in _RESOURCES:
             raise SpecError(
                 f"{segment.strip()!r} cannot follow %{key.name}= on its line; only ;%cpu=, "
-                f";%memory= and ;%gpu= can (e.g. %{key.name}=2;%cpu=2;%memory=4Gi)",
+                f";%memory=, ;%gpu= and ;%gpuMemory= can (e.g. %{key.name}=2;%cpu=2;%memory=4Gi)",
                 line=line,
             )
         assert match is not None and resource is not None
@@ -500,8 +521,8 @@ def _read_role_resources(header: _Header, value: str, line: int) -> None:
         resource = _BY_NORM.get(_norm(name.strip(" \t")))
         if not eq or resource not in _RESOURCES:
             raise SpecError(
-                f"--role-resources {value!r}: {assignment.strip()!r} is not cpu=, memory= or "
-                f"gpu=; write {example}",
+                f"--role-resources {value!r}: {assignment.strip()!r} is not cpu=, memory=, "
+                f"gpu= or gpuMemory=; write {example}",
                 line=line,
             )
         assert resource is not None
@@ -679,6 +700,16 @@ def spec_from_cell(
     return spec, parsed.file_refs
 
 
+def header_line(cell: str, overrides: dict[str, Any] | None, spec_field: str | None) -> int | None:
+    """The header line of `cell` that set `spec_field` ("roles.worker.resources.gpu"), for an
+    error an engine found after the cell parsed; None when no header line set it."""
+    try:
+        parsed = _parse(cell, (overrides or {}).get("framework"))
+    except SpecError:
+        return None
+    return _line_of(spec_field, _header_lines(parsed.field_lines, overrides or {}))
+
+
 def _merge(fields: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(fields)
     for key, value in overrides.items():
@@ -754,6 +785,7 @@ _RENDER_ORDER = (
     "ttl_seconds_after_finished",
     "queue",
     "priority_class",
+    "gpu_fallback",
     "env",
 )
 _SETTING_BY_FIELD = {s.field: s for s in _SCALARS.values()}
@@ -820,17 +852,19 @@ def _render_roles(roles: Any) -> list[str]:
             not isinstance(role, Mapping)
             or not set(role) <= {"replicas", "resources"}
             or not isinstance(resources, Mapping)
-            or not set(resources) <= set(RESOURCE_NAMES)
+            or not set(resources) <= {_RESOURCE_FIELD.get(r, r) for r in RESOURCE_NAMES}
         ):
             raise SpecError(f"cannot render role {name!r}", field=f"roles.{name}")
         segments = []
         for resource in RESOURCE_NAMES:
-            if resources.get(resource) is None:
+            spec_field = _RESOURCE_FIELD.get(resource, resource)
+            value = resources.get(spec_field)
+            if value is None:
                 continue
             example, convert = _RESOURCES[resource]
-            setting = _Setting(f"{name}.{resource}", f"roles.{name}.{resource}", example, convert)
-            _check_renders(setting, resources[resource], str(resources[resource]))
-            segments.append(f"%{resource}={resources[resource]}")
+            setting = _Setting(f"{name}.{resource}", f"roles.{name}.{spec_field}", example, convert)
+            _check_renders(setting, value, str(value))
+            segments.append(f"%{resource}={value}")
         if "replicas" in role:
             count = _Setting(name, f"roles.{name}", "2", _count)
             _check_renders(count, role["replicas"], str(role["replicas"]))

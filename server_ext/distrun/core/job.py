@@ -30,6 +30,7 @@ class ReplicaStatus:
     started_at: float | None = None  # epoch seconds
     finished_at: float | None = None
     reason: str | None = None  # why it is pending or why it failed, in words
+    gpu: str | None = None  # the device(s) or share it got, in words; None: no GPU
 
 
 @dataclass

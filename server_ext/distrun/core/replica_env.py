@@ -336,7 +336,7 @@ def _operator_host(
 
 def _is_gpu_launcher(spec: JobSpec) -> bool:
     launcher = spec.roles.get("launcher")
-    return launcher is not None and launcher.resources.gpu > 0
+    return launcher is not None and launcher.resources.gpu_request.wanted
 
 
 def _replicas(spec: JobSpec, role: str) -> int:

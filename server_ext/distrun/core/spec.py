@@ -12,6 +12,14 @@ from typing import Any
 
 from distrun.core.errors import LimitExceeded, SpecError
 from distrun.core.frameworks import FRAMEWORKS
+from distrun.core.gpus import (
+    GpuAmount,
+    GpuRequest,
+    gpu_request,
+    parse_gpu,
+    parse_gpu_fallback,
+    parse_gpu_memory,
+)
 
 RESTART_POLICIES = ("Never", "OnFailure", "Always", "ExitCode")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
@@ -23,6 +31,7 @@ MEMORY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?\Z")
 NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}\Z")
 MAX_NAME_LENGTH = 32
+RESOURCE_FIELDS = ("cpu", "memory", "gpu", "gpu_memory")
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,12 @@ class Limits:
 class Resources:
     cpu: str | None = None  # Kubernetes quantity: "2", "500m"
     memory: str | None = None  # Kubernetes quantity: "4Gi"
-    gpu: int = 0
+    gpu: GpuAmount = 0  # whole devices, a share of one (0.5) or a MIG profile ("mig-1g.5gb")
+    gpu_memory: str | None = None  # of one device: "10Gi"
+
+    @property
+    def gpu_request(self) -> GpuRequest:
+        return gpu_request(self.gpu, self.gpu_memory)
 
 
 @dataclass
@@ -73,6 +87,8 @@ class JobSpec:
     ttl_seconds_after_finished: int | None = None
     queue: str | None = None
     priority_class: str | None = None
+    # Where the machine has no GPU: None refuses a job that asks for one; "cpu" runs it there.
+    gpu_fallback: str | None = None
 
     @property
     def replica_count(self) -> int:
@@ -135,6 +151,7 @@ def parse_spec(data: Any, limits: Limits) -> JobSpec:
         priority_class=_optional_match(
             data, "priority_class", NAMESPACE_RE, "a PriorityClass name"
         ),
+        gpu_fallback=parse_gpu_fallback(data.get("gpu_fallback")),
     )
     if spec.payload_bytes() > limits.max_payload_bytes:
         raise LimitExceeded(
@@ -203,12 +220,16 @@ def _role(name: str, data: Any, limits: Limits) -> RoleSpec:
         raise SpecError(f"{where} has unknown field(s) {', '.join(unknown)}", field=where)
     replicas = _int(data, "replicas", None, 0, limits.max_replicas, where=where)
     res = data.get("resources") or {}
-    if not isinstance(res, dict) or set(res) - {"cpu", "memory", "gpu"}:
-        raise SpecError(f"{where}.resources takes cpu, memory and gpu", field=where)
+    if not isinstance(res, dict) or set(res) - set(RESOURCE_FIELDS):
+        raise SpecError(
+            f"{where}.resources takes {', '.join(RESOURCE_FIELDS)}", field=f"{where}.resources"
+        )
     cpu = _optional_match(res, "cpu", CPU_RE, "a CPU quantity like 2 or 500m", where=where)
     memory = _optional_match(res, "memory", MEMORY_RE, "a memory quantity like 4Gi", where=where)
-    gpu = _int(res, "gpu", 0, 0, limits.max_gpus_per_replica, where=f"{where}.resources")
-    return RoleSpec(replicas, Resources(cpu=cpu, memory=memory, gpu=gpu))
+    place = f"{where}.resources"
+    gpu = parse_gpu(res.get("gpu", 0), limits.max_gpus_per_replica, f"{place}.gpu")
+    gpu_memory = parse_gpu_memory(res.get("gpu_memory"), f"{place}.gpu_memory")
+    return RoleSpec(replicas, Resources(cpu=cpu, memory=memory, gpu=gpu, gpu_memory=gpu_memory))
 
 
 def _job_name(value: Any) -> str:

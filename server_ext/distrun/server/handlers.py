@@ -20,7 +20,7 @@ from tornado.httputil import HTTPServerRequest
 
 from distrun.core.errors import DistrunError, EngineError, LimitExceeded, SpecError
 from distrun.core.frameworks import FRAMEWORKS, Framework
-from distrun.core.header import spec_from_cell
+from distrun.core.header import header_line, spec_from_cell
 from distrun.core.job import Job
 from distrun.core.jobids import check_job_id
 from distrun.core.logs import Cursor, LogLine
@@ -192,7 +192,10 @@ class JobsHandler(DistrunHandler):
             spec = JobSpec.from_dict(body["spec"], self.app.limits)
         else:
             spec = await self._spec_from_cell(body)
-        job = await self.app.registry.get(spec.engine).submit(spec, self.owner)
+        try:
+            job = await self.app.registry.get(spec.engine).submit(spec, self.owner)
+        except SpecError as err:
+            raise _on_header_line(err, body) from None
         self.set_status(201)
         self.set_header("Location", self.job_url(job.id))
         self.finish(job.to_json())
@@ -220,6 +223,15 @@ class JobsHandler(DistrunHandler):
             bool(self.contents_manager.allow_hidden),
         )
         return JobSpec.from_dict({**spec.to_dict(), "files": {**spec.files, **files}}, limits)
+
+
+def _on_header_line(err: SpecError, body: dict[str, Any]) -> SpecError:
+    """An engine's refusal of a cell's job, naming the header line that asked for it."""
+    if err.line is not None or not isinstance(body.get("cell"), str):
+        return err
+    overrides = body.get("overrides") if isinstance(body.get("overrides"), dict) else None
+    line = header_line(body["cell"], overrides, err.field)
+    return err if line is None else SpecError(str(err), line=line, field=err.field)
 
 
 def _check_keys(body: dict[str, Any], allowed: set[str]) -> None:

@@ -1,4 +1,4 @@
-import { formatAge, formatDuration, formatStatus } from '../format';
+import { formatAge, formatDuration, formatGpus, formatStatus } from '../format';
 import { ITrans } from '../trans';
 import { IJob, IReplicaStatus, JobState } from '../model';
 
@@ -126,5 +126,19 @@ describe('formatAge', () => {
     [1000 + 86400 * 2, '2 d ago']
   ])('at %p an event at 1000 is %p', (now, words) => {
     expect(formatAge(1000, now, trans)).toBe(words);
+  });
+});
+
+describe('formatGpus', () => {
+  it("lists each replica's device or share, and nothing without GPUs", () => {
+    const share = {
+      ...replica('worker-0', 'running'),
+      gpu: '50% of GPU 0 (GPU-a)'
+    };
+    const none = replica('worker-1', 'running');
+    expect(formatGpus(job('running', [share, none]))).toBe(
+      'worker-0: 50% of GPU 0 (GPU-a)'
+    );
+    expect(formatGpus(job('running', [none]))).toBeNull();
   });
 });

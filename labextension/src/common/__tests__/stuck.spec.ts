@@ -24,7 +24,13 @@ describe('stuckWords', () => {
       'waiting for gang resources: 2/3 tasks in gang unschedulable',
       'gang scheduling'
     ],
-    ['worker-0: ContainerCreating', 'starting the containers']
+    ['worker-0: ContainerCreating', 'starting the containers'],
+    [
+      'master-0: Unschedulable: 0/6 nodes are available: 6 Insufficient ' +
+        'nvidia.com/gpumem. [short of GPU resource nvidia.com/gpumem: no node has ' +
+        'enough of it free]',
+      'no node has enough free GPU resource nvidia.com/gpumem'
+    ]
   ])('puts %p in words', (reason, words) => {
     expect(stuckWords(reason, trans)).toContain(words);
   });

@@ -2,6 +2,9 @@ import {
   applyHeader,
   defaultValues,
   formField,
+  gpuExample,
+  gpuOffer,
+  gpuValue,
   IEngines,
   readHeader,
   reconcile,
@@ -104,13 +107,20 @@ describe('defaultValues', () => {
 describe('switchFramework', () => {
   it('keeps the values of the roles both frameworks have', () => {
     const values = defaultValues(ENGINES, 'pytorch');
-    values.roles.worker = { replicas: 5, cpu: '2', memory: '', gpu: '' };
+    values.roles.worker = {
+      replicas: 5,
+      cpu: '2',
+      memory: '',
+      gpu: '',
+      gpuMemory: ''
+    };
     const next = switchFramework(ENGINES, values, 'tensorflow');
     expect(next.roles.worker).toEqual({
       replicas: 5,
       cpu: '2',
       memory: '',
-      gpu: ''
+      gpu: '',
+      gpuMemory: ''
     });
     expect(next.roles.master).toBeUndefined();
     expect(next.roles.ps.replicas).toBe(0);
@@ -120,7 +130,13 @@ describe('switchFramework', () => {
 describe('toOverrides', () => {
   it('sends every field of a header-less cell', () => {
     const values = defaultValues(ENGINES, 'pytorch');
-    values.roles.worker = { replicas: 2, cpu: '500m', memory: '1Gi', gpu: '1' };
+    values.roles.worker = {
+      replicas: 2,
+      cpu: '500m',
+      memory: '1Gi',
+      gpu: '1',
+      gpuMemory: ''
+    };
     values.image = 'python:3.11';
     expect(toOverrides(values)).toEqual({
       framework: 'pytorch',
@@ -208,7 +224,8 @@ describe('readHeader', () => {
       replicas: 1,
       cpu: '3',
       memory: '',
-      gpu: ''
+      gpu: '',
+      gpuMemory: ''
     });
     expect(values.roles.worker.replicas).toBe(0);
   });
@@ -230,7 +247,8 @@ describe('readHeader', () => {
       replicas: 2,
       cpu: '2',
       memory: '',
-      gpu: ''
+      gpu: '',
+      gpuMemory: ''
     });
   });
 });
@@ -284,5 +302,79 @@ describe('formField', () => {
     [null, null]
   ])('puts a server error on %p next to %p', (server, form) => {
     expect(formField(server)).toBe(form);
+  });
+});
+
+describe('GPUs', () => {
+  it('sends a share as a number and a MIG profile as text', () => {
+    expect(gpuValue('2')).toBe(2);
+    expect(gpuValue('0.5')).toBe(0.5);
+    expect(gpuValue('mig-1g.5gb')).toBe('mig-1g.5gb');
+    const values = defaultValues(ENGINES, 'pytorch');
+    values.roles.worker = {
+      replicas: 2,
+      cpu: '',
+      memory: '',
+      gpu: '0.5',
+      gpuMemory: ''
+    };
+    expect(toOverrides(values).roles?.worker).toEqual({
+      replicas: 2,
+      resources: { gpu: 0.5 }
+    });
+  });
+
+  it('reads, sends and places errors of GPU memory under its spec name', () => {
+    const header = readHeader(
+      '%framework=pytorch\n%worker=2;%gpu=0.5;%gpuMemory=10Gi\nx',
+      ROLES
+    )!;
+    const values = applyHeader(ENGINES, header, 'pytorch');
+    expect(values.roles.worker.gpuMemory).toBe('10Gi');
+    const magic = readHeader(
+      '%%distrun --framework pytorch --workers 2 --gpu-memory 4Gi\nx',
+      ROLES
+    )!;
+    expect(magic.resources['']).toEqual({ gpuMemory: '4Gi' });
+    const fresh = defaultValues(ENGINES, 'pytorch');
+    fresh.roles.worker = {
+      replicas: 1,
+      cpu: '',
+      memory: '',
+      gpu: '0.25',
+      gpuMemory: '2Gi'
+    };
+    expect(toOverrides(fresh).roles?.worker).toEqual({
+      replicas: 1,
+      resources: { gpu: 0.25, gpu_memory: '2Gi' }
+    });
+    expect(formField('roles.worker.resources.gpu_memory')).toBe(
+      'roles.worker.gpuMemory'
+    );
+  });
+
+  it("offers what the chosen engine's GPU mode can give", () => {
+    const mig = {
+      mode: 'mig',
+      offers: 'whole GPUs (%gpu=1) or a MIG slice (%gpu=mig-1g.5gb)',
+      fractions: false,
+      memory: false,
+      mig_profiles: ['mig-1g.5gb'],
+      resources: ['nvidia.com/gpu', 'nvidia.com/mig-<profile>']
+    };
+    const engines: IEngines = {
+      ...ENGINES,
+      engines: [
+        ENGINES.engines[0],
+        { ...ENGINES.engines[1], options: { gpus: mig } }
+      ]
+    };
+    expect(gpuOffer(engines, 'kubeflow')).toBe(mig);
+    expect(gpuOffer(engines, '')).toBeUndefined();
+    expect(gpuExample(mig)).toBe('mig-1g.5gb');
+    expect(gpuExample({ ...mig, mig_profiles: [], fractions: true })).toBe(
+      '0.5'
+    );
+    expect(gpuExample(undefined)).toBe('0');
   });
 });

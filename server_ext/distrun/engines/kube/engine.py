@@ -42,6 +42,7 @@ from distrun.engines.kube.client import (
     namespace_for,
     new_api_client,
 )
+from distrun.engines.kube.gpu_modes import SHARED_GPU, GpuMode, gpu_shortage, pod_gpus
 from distrun.engines.kube.kueue import check_queue_system, workload_reason
 from distrun.engines.kube.logs import (
     LedgerStore,
@@ -124,6 +125,9 @@ class KubeEngine:
         run_as_non_root: bool = False,
         automount_service_account_token: bool = False,
         queue_system: str | None = None,
+        gpu_mode: str = "whole",
+        gpu_shared_resource: str = SHARED_GPU,
+        gpu_mig_profiles: tuple[str, ...] | list[str] = (),
         limits: Limits | None = None,
     ) -> None:
         """`namespace` is one namespace for everyone or a template such as
@@ -147,6 +151,7 @@ class KubeEngine:
             run_as_non_root=run_as_non_root,
             automount_service_account_token=automount_service_account_token,
             queue_system=check_queue_system(queue_system, self.name, self.kueue_manages),
+            gpu=GpuMode(gpu_mode, gpu_shared_resource, tuple(gpu_mig_profiles)),
         )
         self.limits = limits or Limits()
         self._kubeconfig, self._context = kubeconfig, context
@@ -235,6 +240,7 @@ class KubeEngine:
                 "priority_classes": self._choices(
                     self.options.default_priority_class, self.options.allowed_priority_classes
                 ),
+                "gpus": self.options.gpu.describe(),
             },
         )
 
@@ -891,6 +897,7 @@ def replica_status(name: str, pod: Obj | None) -> ReplicaStatus:
     if pod is None:
         status.reason = "no pod yet"
         return status
+    status.gpu = pod_gpus(pod)
     pod_status = pod.get("status") or {}
     containers = pod_status.get("containerStatuses") or []
     container = containers[0] if containers else {}
@@ -930,7 +937,7 @@ def _pending_pod_reason(pod: Obj, waiting: Obj | None) -> str:
     pod_status = pod.get("status") or {}
     for condition in pod_status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return _words(condition, "not scheduled")
+            return _words(condition, "not scheduled") + gpu_shortage(condition.get("message", ""))
     if waiting:
         return _words(waiting, "waiting")
     node = (pod.get("spec") or {}).get("nodeName")

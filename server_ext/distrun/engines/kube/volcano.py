@@ -7,6 +7,7 @@ from distrun.core.job import Job, JobState
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.client import KubeApi, Obj, Resource
 from distrun.engines.kube.engine import KubeEngine, Phase, k8s_time
+from distrun.engines.kube.gpu_modes import gpu_shortage
 from distrun.engines.kube.manifests.common import Target
 from distrun.engines.kube.manifests.configmap import CodeBundle
 from distrun.engines.kube.manifests.volcano import (
@@ -88,7 +89,7 @@ class VolcanoEngine(KubeEngine):
             # The scheduler says why in an event when no condition does (a queue over its
             # capability leaves the PodGroup without one).
             cause = await podgroup_event(api, meta["namespace"], name)
-            reason += f": {cause}" if cause else ""
+            reason += f": {cause}{gpu_shortage(cause)}" if cause else ""
         return reason or await super().waiting_reason(api, obj, job)
 
 
@@ -144,5 +145,5 @@ def podgroup_reason(group: Obj) -> str | None:
         latest = max(blocked, key=lambda c: c.get("lastTransitionTime") or "")
         message = (latest.get("message") or latest.get("reason") or "").strip()
         if message:
-            words += f": {message}"
+            words += f": {message}{gpu_shortage(message)}"
     return words

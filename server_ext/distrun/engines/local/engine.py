@@ -33,7 +33,7 @@ from distrun.core.job import Job, JobState
 from distrun.core.logs import Cursor, JobUpdate, LogBatch, LogEvent, LogLine, PartialUpdate
 from distrun.core.spec import JobSpec, Limits, check_relative_path
 from distrun.engines.cursors import selected_replicas, start_seqs
-from distrun.engines.local import capabilities, inotify
+from distrun.engines.local import capabilities, gpu_devices, inotify
 from distrun.engines.local.inherited_env import inherited_env
 from distrun.engines.local.jobdir import (
     JobFiles,
@@ -94,7 +94,20 @@ class LocalEngine:
         python: str = sys.executable,
         grace_seconds: float = 5.0,
         nice: int = 10,
+        gpu_discovery: str = "auto",
+        mps_pipe_directory: str | None = None,
     ) -> None:
+        """`gpu_discovery`: how to find this machine's GPUs (auto: NVML, then nvidia-smi;
+        none: treat it as having none); `mps_pipe_directory`: where the CUDA MPS daemon's pipes
+        are (else $CUDA_MPS_PIPE_DIRECTORY or /tmp/nvidia-mps)."""
+        if gpu_discovery not in gpu_devices.DISCOVERY:
+            raise SpecError(
+                f"gpu_discovery {gpu_discovery!r} is not valid; configure one of "
+                f"{', '.join(gpu_devices.DISCOVERY)}",
+                field="gpu_discovery",
+            )
+        self.gpu_discovery = gpu_discovery
+        self.mps_pipe_directory = mps_pipe_directory
         self.limits = limits
         self.python = python
         self.grace_seconds = grace_seconds
@@ -121,8 +134,29 @@ class LocalEngine:
                 "python": self.python,
                 "nice": self.nice,
                 "process_paths": capabilities.current().paths() if unsupported is None else {},
+                "gpus": await asyncio.to_thread(self._gpu_info),
             },
         )
+
+    def _gpu_info(self) -> dict[str, Any]:
+        devices = gpu_devices.discover(self.gpu_discovery)
+        mps = gpu_devices.mps_running(self.mps_pipe_directory)
+        offers = (
+            "whole GPUs (%gpu=1) and shares of one (%gpu=0.5, %gpuMemory=10Gi), one job per "
+            "device unless shared"
+            if devices
+            else "no GPU on this machine: add %gpuFallback=cpu to run GPU jobs on the CPU"
+        )
+        return {
+            "mode": "local",
+            "offers": offers,
+            "fractions": bool(devices),
+            "memory": bool(devices),
+            "mig_profiles": [],
+            "resources": [],
+            "devices": [asdict(device) for device in devices],
+            "mps": mps,
+        }
 
     async def submit(self, spec: JobSpec, owner: str) -> Job:
         unsupported = unsupported_platform_reason()
@@ -135,7 +169,8 @@ class LocalEngine:
                     f"you have {len(unfinished)} unfinished jobs, the limit is "
                     f"{self.limits.max_jobs_per_user}; cancel or wait for one first"
                 )
-            files = await asyncio.to_thread(self._create_job_dir, spec, owner)
+            grants = await asyncio.to_thread(self._gpu_grants, spec)
+            files = await asyncio.to_thread(self._create_job_dir, spec, owner, grants)
         await asyncio.to_thread(self._launch, files)
         return await self.get_job(files.dir.name, owner)
 
@@ -236,7 +271,32 @@ class LocalEngine:
     def _files(self, job_id: str) -> JobFiles:
         return JobFiles(self._jobs_dir / jobids.check_job_id(job_id))
 
-    def _create_job_dir(self, spec: JobSpec, owner: str) -> JobFiles:
+    def _gpu_grants(self, spec: JobSpec) -> dict[str, Any] | None:
+        """Each replica's GPUs, as job.json keeps them; None on a machine with no GPU where
+        the job asks for none (its replicas' environment stays as it is)."""
+        devices = gpu_devices.discover(self.gpu_discovery)
+        mps = gpu_devices.mps_running(self.mps_pipe_directory)
+        grants = gpu_devices.assign(spec, devices, self._held_grants(), mps=mps)
+        if not devices and not grants:
+            return None
+        return {name: grant.to_json() for name, grant in grants.items()}
+
+    def _held_grants(self) -> list[gpu_devices.Grant]:
+        """The GPUs every unfinished job on this machine holds, whoever owns it."""
+        held = []
+        for job_dir in self._jobs_dir.iterdir() if self._jobs_dir.is_dir() else ():
+            files = JobFiles(job_dir)
+            try:
+                job = read_json(files.job)
+                if job.get("gpus") and not self._current_status(files, job).state.terminal:
+                    held += [gpu_devices.Grant.from_json(g) for g in job["gpus"].values()]
+            except (OSError, ValueError, TypeError, KeyError):
+                continue  # half-written or deleted meanwhile
+        return held
+
+    def _create_job_dir(
+        self, spec: JobSpec, owner: str, gpus: dict[str, Any] | None = None
+    ) -> JobFiles:
         entrypoint, code = code_file(spec.code)
         if entrypoint in spec.files:
             raise SpecError(f"a shipped file cannot be named {entrypoint}", field="files")
@@ -264,6 +324,7 @@ class LocalEngine:
             "created_at": time.time(),
             "spec": spec.to_dict(),
             "runtime": asdict(runtime),
+            **({"gpus": gpus} if gpus is not None else {}),
         }
         write_json_atomic(files.status, JobStatus.pending(spec).to_json())
         write_json_atomic(files.job, job)  # last: a job.json means a complete directory
@@ -881,6 +942,9 @@ def _to_job(job: dict[str, Any], status: JobStatus) -> Job:
     reason = status.reason
     if status.state == JobState.PENDING and reason is None:
         reason = "starting the replicas"
+    for replica in status.replicas:
+        grant = (job.get("gpus") or {}).get(replica.name)
+        replica.gpu = gpu_devices.Grant.from_json(grant).describe() if grant else None
     return Job(
         id=job["id"],
         name=spec.name,

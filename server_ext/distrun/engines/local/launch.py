@@ -7,6 +7,7 @@ import socket
 import time
 
 from distrun.core.replica_env import Address, Addresses, mpi_hostfile, replica_env
+from distrun.engines.local.gpu_devices import Grant, grant_env, hide_gpus
 from distrun.engines.local.jobdir import JobFiles, Runtime, read_json, stored_spec
 from distrun.engines.local.private_files import write_private
 from distrun.engines.local.processes import Spawned, lower_priority, spawn_replica
@@ -23,6 +24,12 @@ class Launch:
         self.job_id: str = job["id"]
         self.spec = stored_spec(job)
         self.runtime = Runtime(**job["runtime"])
+        # None: the machine had no GPU and the job asked for none; else each replica's grant.
+        self.gpus: dict[str, Grant] | None = (
+            {name: Grant.from_json(grant) for name, grant in job["gpus"].items()}
+            if "gpus" in job
+            else None
+        )
         names = self.spec.replica_names()
         addresses = _loopback_addresses(names)
         hostfile = self._write_hostfile(addresses)
@@ -43,7 +50,13 @@ class Launch:
 
     def _replica_env(self, name: str, addresses: Addresses, hostfile: str | None) -> dict[str, str]:
         injected = replica_env(self.spec, self.job_id, name, addresses, hostfile_path=hostfile)
-        return {**os.environ, **injected}
+        return {**os.environ, **injected, **self._gpu_env(name)}
+
+    def _gpu_env(self, name: str) -> dict[str, str]:
+        if self.gpus is None:
+            return {}
+        grant = self.gpus.get(name)
+        return grant_env(grant) if grant is not None else hide_gpus()
 
     def _write_hostfile(self, addresses: Addresses) -> str | None:
         """The MPI launcher's hostfile, listing the workers' loopback addresses."""

@@ -10,6 +10,7 @@ from typing import Any
 from distrun.core.errors import SpecError
 from distrun.core.frameworks import FRAMEWORKS
 from distrun.core.spec import JobSpec, Resources
+from distrun.engines.kube.gpu_modes import GpuMode, gpu_resources
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -24,7 +25,6 @@ MAX_SPEC_ANNOTATION_BYTES = 128 * 1024
 
 CODE_VOLUME = "distrun-code"
 CODE_DIR = "/distrun/code"
-GPU_RESOURCE = "nvidia.com/gpu"
 
 _DNS1035_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _NOT_LABEL_VALUE_RE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -56,6 +56,8 @@ class ClusterOptions:
     # Who queues jobs that name a queue: None or "volcano" (gang scheduling in that Volcano
     # queue), or "kueue" (the LocalQueue of that name; the job is created suspended).
     queue_system: str | None = None
+    # How GPU requests become extended resources on this cluster (whole, mig, shared, ...).
+    gpu: GpuMode = field(default_factory=GpuMode)
 
     def image(self, spec: JobSpec) -> str:
         return (
@@ -146,15 +148,15 @@ def base_env(spec: JobSpec, job_id: str) -> dict[str, str]:
     return env
 
 
-def resources(res: Resources) -> dict[str, Any]:
-    """Requests equal limits: what the user asks for is what the replica gets."""
+def resources(res: Resources, gpu: GpuMode, role: str) -> dict[str, Any]:
+    """Requests equal limits: what the user asks for is what the replica gets. GPUs as the
+    engine's GPU mode has them; a request the mode cannot express is a SpecError."""
     amounts: dict[str, str] = {}
     if res.cpu is not None:
         amounts["cpu"] = res.cpu
     if res.memory is not None:
         amounts["memory"] = res.memory
-    if res.gpu:
-        amounts[GPU_RESOURCE] = str(res.gpu)
+    amounts.update(gpu_resources(res.gpu_request, gpu, f"roles.{role}.resources.gpu"))
     if not amounts:
         return {}
     return {"requests": dict(amounts), "limits": dict(amounts)}

@@ -141,7 +141,7 @@ def _template(
         "volumeMounts": [code.mount],
         "securityContext": container_security(options),
     }
-    res = resources(spec.roles[role].resources)
+    res = resources(spec.roles[role].resources, options.gpu, role)
     if res:
         container["resources"] = res
     return {

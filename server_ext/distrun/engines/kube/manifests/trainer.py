@@ -8,6 +8,7 @@ launcher. The code volume reaches the pods through a runtime patch (the v2.3.0 A
 `runtimePatches`, the only way a TrainJob adds volumes).
 """
 
+from dataclasses import astuple
 from typing import Any
 
 from distrun.core.entrypoint import argv
@@ -87,7 +88,7 @@ def trainjob(
         "numNodes": spec.replica_count,
         "env": env_list({**base_env(spec, target.job_id), "DISTRUN_GROUP": REPLICATED_JOB}),
     }
-    res = resources(_node_resources(spec))
+    res = resources(_node_resources(spec), options.gpu, next(iter(spec.roles)))
     if res:
         trainer["resourcesPerNode"] = res
     body: dict[str, Any] = {
@@ -115,11 +116,11 @@ def _user_argv(options: ClusterOptions, code: CodeBundle) -> list[str]:
 
 def _node_resources(spec: JobSpec) -> Any:
     """Trainer v2 gives every node the same resources, so every role must ask for the same."""
-    distinct = {(r.resources.cpu, r.resources.memory, r.resources.gpu) for r in spec.roles.values()}
+    distinct = {astuple(r.resources) for r in spec.roles.values()}
     if len(distinct) > 1:
         raise SpecError(
-            "Trainer v2 gives every node the same resources; ask for the same cpu, memory and "
-            f"gpu in every role ({', '.join(spec.roles)})",
+            "Trainer v2 gives every node the same resources; ask for the same cpu, memory, gpu "
+            f"and gpuMemory in every role ({', '.join(spec.roles)})",
             field="roles",
         )
     return next(iter(spec.roles.values())).resources
