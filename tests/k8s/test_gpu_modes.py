@@ -3,20 +3,17 @@ slices, time-sliced GPUs, Volcano vGPU and HAMi resources; the Kubeflow engine c
 each mode makes pods that the scheduler places on the node that has them, and a job that asks
 for more than any node has is explained by the GPU resource that is short.
 
-No operator runs here: the test makes the master's pod from the PyTorchJob's own template, as
-the operator would (see test_kube_engines.py)."""
+The real Training Operator makes the pods (namespace `real-operator`)."""
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import kubernetes
 import pytest
-from kubernetes_asyncio import client
 
 from distrun.core.errors import SpecError
 from distrun.core.job import Job
@@ -24,7 +21,6 @@ from distrun.core.spec import JobSpec
 from distrun.engines.kube.kubeflow import KubeflowEngine
 
 from .cluster import KubeCluster, node_ready, wait_for
-from .operator_sim import PYTORCHJOBS, get_custom, pytorch_pod_labels
 
 pytestmark = pytest.mark.kubernetes
 
@@ -86,35 +82,6 @@ def spec(gpu: Any, gpu_memory: str | None = None) -> JobSpec:
     return JobSpec.from_dict({"framework": "pytorch", "code": "print('hi')\n", "roles": roles})
 
 
-async def master_pod_from_template(api: Any, namespace: str, job_id: str) -> None:
-    """The master's pod as the operator makes it: the job's template, labels and owner."""
-    owner = await get_custom(api, namespace, PYTORCHJOBS, job_id)
-    template = copy.deepcopy(owner["spec"]["pytorchReplicaSpecs"]["Master"]["template"])
-    meta = owner["metadata"]
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{job_id}-master-0",
-            "labels": {
-                **template.get("metadata", {}).get("labels", {}),
-                **pytorch_pod_labels(job_id, "master", 0),
-            },
-            "ownerReferences": [
-                {
-                    "apiVersion": owner["apiVersion"],
-                    "kind": owner["kind"],
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                }
-            ],
-        },
-        "spec": template["spec"],
-    }
-    await client.CoreV1Api(api).create_namespaced_pod(namespace, body)
-
-
 async def eventually(read: Callable[[], Any], check: Callable[[Any], bool], what: str) -> Any:
     deadline = time.monotonic() + WAIT
     while True:
@@ -131,7 +98,6 @@ async def run_master(
 ) -> tuple[KubeflowEngine, Job]:
     engine = KubeflowEngine(api_client=api, namespace=namespace, gpu_mode=mode, **options)
     job = await engine.submit(job_spec, "alice")
-    await master_pod_from_template(api, namespace, job.id)
     return engine, job
 
 
@@ -159,14 +125,14 @@ async def run_master(
 async def test_a_job_that_fits_is_placed_on_the_node_with_that_resource_and_says_so(
     gpu_nodes: list[str],
     kube_admin: Any,
-    kube_namespace: str,
+    operator_namespace: str,
     mode: str,
     gpu: Any,
     gpu_memory: str | None,
     node: str,
     held: str,
 ) -> None:
-    engine, job = await run_master(mode, spec(gpu, gpu_memory), kube_admin, kube_namespace)
+    engine, job = await run_master(mode, spec(gpu, gpu_memory), kube_admin, operator_namespace)
     try:
         placed = await eventually(
             lambda: engine.get_job(job.id, "alice"),
@@ -177,6 +143,7 @@ async def test_a_job_that_fits_is_placed_on_the_node_with_that_resource_and_says
         info = await engine.info()
         assert info.options["gpus"]["mode"] == mode
     finally:
+        await engine.delete(job.id, "alice")
         await engine.close()
 
 
@@ -190,13 +157,13 @@ async def test_a_job_that_fits_is_placed_on_the_node_with_that_resource_and_says
 async def test_a_job_no_node_can_take_is_explained_by_the_short_gpu_resource(
     gpu_nodes: list[str],
     kube_admin: Any,
-    kube_namespace: str,
+    operator_namespace: str,
     mode: str,
     gpu: Any,
     gpu_memory: str | None,
     short: str,
 ) -> None:
-    engine, job = await run_master(mode, spec(gpu, gpu_memory), kube_admin, kube_namespace)
+    engine, job = await run_master(mode, spec(gpu, gpu_memory), kube_admin, operator_namespace)
     try:
         pending = await eventually(
             lambda: engine.get_job(job.id, "alice"),
@@ -208,6 +175,7 @@ async def test_a_job_no_node_can_take_is_explained_by_the_short_gpu_resource(
         assert pending.replicas[0].gpu is not None
         assert pending.replicas[0].gpu.endswith("(not yet placed)")
     finally:
+        await engine.delete(job.id, "alice")
         await engine.close()
 
 
