@@ -18,6 +18,7 @@ from distrun.engines.local.gpu_devices import (
     grant_env,
     mps_running,
     parse_nvidia_smi,
+    parse_rocm_smi,
 )
 
 SMI_OUTPUT = (
@@ -169,7 +170,11 @@ def test_without_gpus_a_gpu_job_is_refused_unless_it_falls_back_to_the_cpu():
     assert grants["worker-0"].describe() == (
         "no GPU on this machine: runs on the CPU (%gpuFallback=cpu)"
     )
-    assert grant_env(grants["worker-0"]) == {"CUDA_VISIBLE_DEVICES": "", "DISTRUN_GPUS": "none"}
+    assert grant_env(grants["worker-0"]) == {
+        "CUDA_VISIBLE_DEVICES": "",
+        "HIP_VISIBLE_DEVICES": "",
+        "DISTRUN_GPUS": "none",
+    }
 
 
 def test_a_job_without_gpu_requests_needs_nothing():
@@ -182,4 +187,47 @@ def test_grants_round_trip_through_json():
 
 
 def test_module_has_the_documented_discovery_choices():
-    assert gpu_devices.DISCOVERY == ("auto", "nvml", "nvidia-smi", "none")
+    assert gpu_devices.DISCOVERY == ("auto", "nvml", "nvidia-smi", "rocm-smi", "none")
+
+
+ROCM_SMI_OUTPUT = (
+    '{"card0": {"Unique ID": "0x18f68e602b8a790f", "Card series": "AMD Instinct MI210",'
+    ' "VRAM Total Memory (B)": "68702699520"},'
+    ' "card1": {"Unique ID": "0x2a", "Card Series": "AMD Instinct MI210",'
+    ' "VRAM Total Memory (B)": "68702699520"}, "system": {"Driver version": "6.8"}}'
+)
+
+
+def test_rocm_smi_json_becomes_amd_devices():
+    devices = parse_rocm_smi(ROCM_SMI_OUTPUT)
+    assert devices == [
+        GpuDevice(0, "0x18f68e602b8a790f", "AMD Instinct MI210", 65520, vendor="amd"),
+        GpuDevice(1, "0x2a", "AMD Instinct MI210", 65520, vendor="amd"),
+    ]
+    assert parse_rocm_smi("") == parse_rocm_smi("not json") == []
+
+
+def test_discovery_finds_amd_gpus_with_rocm_smi_when_nvidia_has_none(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
+    smi = tmp_path / "rocm-smi"
+    smi.write_text(f"#!/bin/sh\nprintf '%s' '{ROCM_SMI_OUTPUT}'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert [d.vendor for d in discover("auto")] == ["amd", "amd"]
+    assert discover("nvidia-smi") == []
+
+
+def test_amd_replicas_see_their_devices_through_hip_and_shares_say_they_are_unenforced():
+    devices = parse_rocm_smi(ROCM_SMI_OUTPUT)
+    grants = assign(job(gpu=1, workers=2), devices, [], mps=True)
+    assert grant_env(grants["worker-0"]) == {
+        "HIP_VISIBLE_DEVICES": "0",
+        "DISTRUN_GPUS": "0",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+    }
+    assert grant_env(grants["worker-1"])["HIP_VISIBLE_DEVICES"] == "1"
+    shared = assign(job(gpu=0.5, workers=1), devices, [], mps=True)["worker-0"]
+    assert not shared.mps and "ROCm has no MPS" in shared.note
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in grant_env(shared)
+    assert Grant.from_json(shared.to_json()) == shared

@@ -1,12 +1,14 @@
 """This machine's GPUs, and which of them each replica of a local job gets.
 
-Discovery asks NVML (`nvidia-ml-py`, imported as pynvml) and falls back to ``nvidia-smi``. A
+Discovery asks NVML (`nvidia-ml-py`, imported as pynvml), falls back to ``nvidia-smi``, and
+finds AMD GPUs with ``rocm-smi`` (ROCm: HIP_VISIBLE_DEVICES instead of CUDA's variables). A
 replica that asks for whole GPUs gets devices no other running job holds; one that asks for a
 share gets a device with that much of it left (its compute share enforced by CUDA MPS where the
 MPS daemon runs, and said to be unenforced where it does not). The grant is recorded in the
 job's directory, so the next submission, whatever server makes it, sees what is taken.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -19,7 +21,8 @@ from distrun.core.errors import Conflict, SpecError
 from distrun.core.gpus import GpuRequest
 from distrun.core.spec import JobSpec
 
-DISCOVERY = ("auto", "nvml", "nvidia-smi", "none")
+DISCOVERY = ("auto", "nvml", "nvidia-smi", "rocm-smi", "none")
+ROCM_SMI_QUERY = ["--showuniqueid", "--showproductname", "--showmeminfo", "vram", "--json"]
 NVIDIA_SMI_QUERY = ["--query-gpu=index,uuid,name,memory.total", "--format=csv,noheader"]
 DEFAULT_MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 FULL = 100  # a device's compute, in percent
@@ -31,6 +34,7 @@ class GpuDevice:
     uuid: str
     name: str
     memory_mib: int
+    vendor: str = "nvidia"  # or "amd" (ROCm)
 
     def label(self) -> str:
         return f"GPU {self.index} ({self.name}, {self.uuid})"
@@ -46,6 +50,7 @@ class Grant:
     memory_mib: int | None = None
     mps: bool = False  # the share's compute is limited by CUDA MPS
     note: str = ""  # how the share is enforced, or that the replica runs on the CPU
+    vendor: str = "nvidia"  # whose variables make the devices visible: "nvidia" or "amd"
 
     @property
     def whole(self) -> bool:
@@ -74,13 +79,18 @@ class Grant:
 
 
 def discover(how: str = "auto") -> list[GpuDevice]:
-    """This machine's NVIDIA GPUs, in index order; [] when there are none (or `how` is none)."""
+    """This machine's GPUs, in index order (NVIDIA's, else AMD's); [] when there are none (or
+    `how` is none)."""
     if how in ("auto", "nvml"):
         found = _from_nvml()
         if found is not None or how == "nvml":
             return found or []
     if how in ("auto", "nvidia-smi"):
-        return _from_nvidia_smi()
+        found = _from_nvidia_smi()
+        if found or how == "nvidia-smi":
+            return found
+    if how in ("auto", "rocm-smi"):
+        return _from_rocm_smi()
     return []
 
 
@@ -115,18 +125,46 @@ def _text(value: str | bytes) -> str:
 
 
 def _from_nvidia_smi() -> list[GpuDevice]:
-    smi = shutil.which("nvidia-smi")
+    return parse_nvidia_smi(_run_smi("nvidia-smi", NVIDIA_SMI_QUERY))
+
+
+def _from_rocm_smi() -> list[GpuDevice]:
+    return parse_rocm_smi(_run_smi("rocm-smi", ROCM_SMI_QUERY))
+
+
+def _run_smi(command: str, query: list[str]) -> str:
+    """What the tool printed; "" when it is absent, fails (no driver, no device) or hangs."""
+    smi = shutil.which(command)
     if smi is None:
-        return []
+        return ""
     try:
         done = subprocess.run(
-            [smi, *NVIDIA_SMI_QUERY], capture_output=True, text=True, timeout=30, check=False
+            [smi, *query], capture_output=True, text=True, timeout=30, check=False
         )
     except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+def parse_rocm_smi(text: str) -> list[GpuDevice]:
+    """rocm-smi's JSON: {"card0": {"Unique ID": "0x..", "Card series": "..",
+    "VRAM Total Memory (B)": ".."}, ...} (key spellings vary between ROCm versions)."""
+    try:
+        cards = json.loads(text) if text.strip() else {}
+    except ValueError:
         return []
-    if done.returncode != 0:  # no driver loaded, no device
-        return []
-    return parse_nvidia_smi(done.stdout)
+    devices = []
+    for card, fields in cards.items() if isinstance(cards, dict) else ():
+        index = card.removeprefix("card")
+        if not index.isdigit() or not isinstance(fields, dict):
+            continue
+        lower = {str(k).lower(): str(v) for k, v in fields.items()}
+        memory = lower.get("vram total memory (b)", "0")
+        name = lower.get("card series") or lower.get("card model") or "AMD GPU"
+        uuid = lower.get("unique id") or f"card{index}"
+        mib = int(memory) // (1024 * 1024) if memory.isdigit() else 0
+        devices.append(GpuDevice(int(index), uuid, name, mib, vendor="amd"))
+    return sorted(devices, key=lambda d: d.index)
 
 
 def parse_nvidia_smi(text: str) -> list[GpuDevice]:
@@ -199,8 +237,8 @@ def _without_gpus(spec: JobSpec, wanted: Mapping[str, GpuRequest]) -> dict[str, 
         return {name: Grant((), (), note=note) for name in wanted}
     first = next(iter(wanted))
     raise SpecError(
-        f"{first} asks for {wanted[first].describe()}, but this machine has no GPU (neither "
-        "NVML nor nvidia-smi found one); add %gpuFallback=cpu to run on the CPU instead, or "
+        f"{first} asks for {wanted[first].describe()}, but this machine has no GPU (NVML, "
+        "nvidia-smi and rocm-smi found none); add %gpuFallback=cpu to run on the CPU instead, or "
         "use a cluster engine",
         field=f"roles.{first.rsplit('-', 1)[0]}.resources.gpu",
     )
@@ -257,7 +295,8 @@ def _grant(
         if len(free) < request.count:
             raise _busy(name, request, devices, usage)
         chosen = free[: request.count]
-        return Grant(tuple(d.index for d in chosen), tuple(d.uuid for d in chosen))
+        indices, uuids = tuple(d.index for d in chosen), tuple(d.uuid for d in chosen)
+        return Grant(indices, uuids, vendor=chosen[0].vendor)
     for device in devices:
         use = usage[device.index]
         percent = request.percent or 0
@@ -272,15 +311,18 @@ def _grant(
                 (device.uuid,),
                 percent=request.percent,
                 memory_mib=request.memory_mib,
-                mps=mps and request.percent is not None,
-                note=_share_note(request, mps),
+                mps=mps and request.percent is not None and device.vendor == "nvidia",
+                note=_share_note(request, mps and device.vendor == "nvidia", device.vendor),
+                vendor=device.vendor,
             )
     raise _busy(name, request, devices, usage)
 
 
-def _share_note(request: GpuRequest, mps: bool) -> str:
+def _share_note(request: GpuRequest, mps: bool, vendor: str = "nvidia") -> str:
     notes = []
-    if request.percent is not None:
+    if request.percent is not None and vendor == "amd":
+        notes.append("ROCm has no MPS: the compute share is not enforced (time-shared)")
+    elif request.percent is not None:
         notes.append(
             "compute share enforced by CUDA MPS"
             if mps
@@ -314,6 +356,14 @@ def grant_env(grant: Grant) -> dict[str, str]:
     0, so LOCAL_RANK 0 is its first: one replica is one node, as on the cluster."""
     if not grant.devices:  # the CPU fallback: no device at all
         return hide_gpus()
+    if grant.vendor == "amd":  # ROCm numbers devices by index; HIP's variable is PyTorch's
+        indices = ",".join(str(i) for i in grant.devices)
+        return {
+            "HIP_VISIBLE_DEVICES": indices,
+            "DISTRUN_GPUS": indices,
+            "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": "1",
+        }
     env = {
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": ",".join(grant.uuids),
@@ -329,4 +379,4 @@ def grant_env(grant: Grant) -> dict[str, str]:
 def hide_gpus() -> dict[str, str]:
     """For a replica that got no GPU on a machine with some: none visible, so it cannot use
     another's."""
-    return {"CUDA_VISIBLE_DEVICES": "", "DISTRUN_GPUS": "none"}
+    return {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "", "DISTRUN_GPUS": "none"}
