@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +14,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from .binaries import CRD_SOURCES
 from .cluster import KubeCluster
+from .waiting import eventually
 
 pytestmark = pytest.mark.kubernetes
 
@@ -143,18 +143,6 @@ def pod(
         "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
         "spec": {"restartPolicy": "Never", "containers": [container]},
     }
-
-
-async def eventually(read: Callable[[], Any], check: Callable[[Any], bool], what: str) -> Any:
-    """Poll `await read()` until `check(result)`; returns that result."""
-    deadline = time.monotonic() + WAIT
-    while True:
-        result = await read()
-        if check(result):
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} within {WAIT:.0f}s; last seen: {result}")
-        await asyncio.sleep(0.1)
 
 
 async def gone(read: Callable[[], Any]) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -26,6 +25,7 @@ from distrun.engines.kube.trainer import TrainerEngine
 from distrun.engines.kube.volcano import VolcanoEngine
 
 from .cluster import KubeCluster
+from .waiting import eventually
 
 pytestmark = pytest.mark.kubernetes
 
@@ -60,17 +60,6 @@ def namespace(controllers_cluster: KubeCluster) -> Iterator[str]:
     controllers_cluster.create_namespace(name)
     yield name
     controllers_cluster.delete_namespace(name)
-
-
-async def eventually(read: Callable[[], Any], check: Callable[[Any], bool], what: str) -> Any:
-    deadline = time.monotonic() + WAIT
-    while True:
-        value = await read()
-        if check(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last value: {value!r}")
-        await asyncio.sleep(0.3)
 
 
 async def pods_of(api: Any, namespace: str, selector: str) -> list[Any]:

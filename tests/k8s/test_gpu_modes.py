@@ -7,9 +7,7 @@ The real Training Operator makes the pods (namespace `real-operator`)."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import kubernetes
@@ -21,10 +19,10 @@ from distrun.core.spec import JobSpec
 from distrun.engines.kube.kubeflow import KubeflowEngine
 
 from .cluster import KubeCluster, node_ready, wait_for
+from .waiting import eventually
 
 pytestmark = pytest.mark.kubernetes
 
-WAIT = 60.0  # seconds: a bound on waiting, not a measurement
 
 # node -> the extended resources it advertises besides CPU and memory
 GPU_NODES: dict[str, dict[str, str]] = {
@@ -80,17 +78,6 @@ def spec(gpu: Any, gpu_memory: str | None = None) -> JobSpec:
     resources = {"gpu": gpu, **({"gpu_memory": gpu_memory} if gpu_memory else {})}
     roles = {"master": {"replicas": 1, "resources": resources}, "worker": {"replicas": 0}}
     return JobSpec.from_dict({"framework": "pytorch", "code": "print('hi')\n", "roles": roles})
-
-
-async def eventually(read: Callable[[], Any], check: Callable[[Any], bool], what: str) -> Any:
-    deadline = time.monotonic() + WAIT
-    while True:
-        value = await read()
-        if check(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last value: {value!r}")
-        await asyncio.sleep(0.2)
 
 
 async def run_master(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, cast
 
@@ -38,6 +37,7 @@ from .real_operator import (
     submit_with_logs,
     succeed,
 )
+from .waiting import eventually
 
 pytestmark = pytest.mark.kubernetes
 
@@ -73,17 +73,6 @@ async def operated(kube_admin: Any, operator_namespace: str) -> AsyncIterator[Ku
     engine = KubeflowEngine(api_client=kube_admin, namespace=operator_namespace)
     yield engine
     await engine.close()
-
-
-async def eventually(read: Callable[[], Any], check: Callable[[Any], bool], what: str) -> Any:
-    deadline = time.monotonic() + WAIT
-    while True:
-        value = await read()
-        if check(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last value: {value!r}")
-        await asyncio.sleep(0.2)
 
 
 async def now(value: Any) -> Any:

@@ -8,9 +8,8 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
-import time
 import tracemalloc
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import kubernetes
@@ -26,6 +25,7 @@ from distrun.engines.kube.kubeflow import KubeflowEngine
 
 from .cluster import KubeCluster
 from .real_operator import end_pods, job_pods
+from .waiting import eventually
 
 pytestmark = pytest.mark.kubernetes
 
@@ -53,17 +53,6 @@ async def engine(kube_admin: Any, operator_namespace: str) -> AsyncIterator[Kube
     made = KubeflowEngine(api_client=kube_admin, namespace=operator_namespace)
     yield made
     await made.close()
-
-
-async def eventually(read: Callable[[], Any], check: Callable[[Any], bool], what: str) -> Any:
-    deadline = time.monotonic() + WAIT
-    while True:
-        value = await read()
-        if check(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last value: {value!r}")
-        await asyncio.sleep(0.3)
 
 
 def container_env(pod: Any, container: str, pod_ip: str) -> dict[str, str]:
