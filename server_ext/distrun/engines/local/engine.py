@@ -84,6 +84,9 @@ _LAUNCHER = (
 )
 
 
+GPU_INFO_SECONDS = 30.0  # how long the engine list may show GPUs found before
+
+
 class LocalEngine:
     name = "local"
 
@@ -107,6 +110,7 @@ class LocalEngine:
                 field="gpu_discovery",
             )
         self.gpu_discovery = gpu_discovery
+        self._devices_seen: tuple[float, list[gpu_devices.GpuDevice]] = (-GPU_INFO_SECONDS, [])
         self.mps_pipe_directory = mps_pipe_directory
         self.limits = limits
         self.python = python
@@ -138,8 +142,17 @@ class LocalEngine:
             },
         )
 
+    def _known_devices(self) -> list[gpu_devices.GpuDevice]:
+        """The GPUs found at most GPU_INFO_SECONDS ago: the engine list is asked for often (every
+        form the UI draws) and nvidia-smi takes a while; a submission discovers afresh."""
+        found_at, devices = self._devices_seen
+        if time.monotonic() - found_at > GPU_INFO_SECONDS:
+            devices = gpu_devices.discover(self.gpu_discovery)
+            self._devices_seen = (time.monotonic(), devices)
+        return devices
+
     def _gpu_info(self) -> dict[str, Any]:
-        devices = gpu_devices.discover(self.gpu_discovery)
+        devices = self._known_devices()
         mps = gpu_devices.mps_running(self.mps_pipe_directory)
         offers = (
             "whole GPUs (%gpu=1) and shares of one (%gpu=0.5, %gpuMemory=10Gi), one job per "
