@@ -70,7 +70,6 @@ def job_status(engine: LocalEngine, job: Job) -> dict[str, Any]:
 async def test_off_posix_the_engine_says_it_is_unavailable_and_refuses_jobs_in_words(
     local_engine: LocalEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(os, "name", "nt")
     monkeypatch.setattr(sys, "platform", "win32")
     info = await local_engine.info()
     assert not info.available

@@ -797,7 +797,7 @@ def unsupported_platform_reason() -> str | None:
     """Why this machine cannot run the local engine, or None. Its supervisor owns replicas
     through Linux's pidfds, /proc and PR_SET_PDEATHSIG where they work, and otherwise through
     what POSIX and psutil give (capabilities.py): any POSIX system but Windows."""
-    if os.name == "posix":
+    if not sys.platform.startswith(("win", "cygwin")):
         try:
             capabilities.current()
         except SpecError as error:  # a DISTRUN_LOCAL_PORTABLE that names no capability
