@@ -40,6 +40,7 @@ from _common import REPO, skip, use_repo_package
 use_repo_package()
 sys.path.insert(0, str(REPO))
 
+import kubernetes_asyncio.watch
 from kubernetes_asyncio import client, config
 from tests.k8s.binaries import ensure_all
 from tests.k8s.cluster import KubeCluster
@@ -439,6 +440,79 @@ async def first_line_and_latency(cluster: KubeCluster, admin: Any, namespace: st
             print(f"{tool:14} showed no round within {SEEN_TIMEOUT:.0f} s")
 
 
+RUNNING_ROUNDS = 7
+
+
+async def running_to_first_line(cluster: KubeCluster, admin: Any, namespace: str) -> None:
+    """From a pod turning Running (its watch event here) to its first line shown: by distrun's
+    follow, open since the job was submitted (a cell's output), and by `kubectl logs -f`
+    started at that moment, as a person would start it once the pod runs."""
+    engine = KubeflowEngine(api_client=admin, namespace=namespace)
+    core = client.CoreV1Api(admin)
+    results: dict[str, list[float]] = {"distrun": [], "kubectl": []}
+    for _ in range(RUNNING_ROUNDS):
+        job = await engine.submit(spec(1), "alice")
+        obj = await client.CustomObjectsApi(admin).get_namespaced_custom_object(
+            "kubeflow.org", "v1", namespace, "pytorchjobs", job.id
+        )
+        names = job.spec.replica_names()
+        for name in names:
+            cluster.pod_log(namespace, f"{job.id}-{name}").write(f"{name} first")
+        tools = Tools(cluster, namespace, job.id)
+        tools.start_distrun(engine)
+        running: dict[str, float] = {}
+        watch = asyncio.create_task(watch_running(core, namespace, job.id, names, running, tools))
+        for name in names:
+            await core.create_namespaced_pod(namespace, operator_pod(obj, name, "1s"))
+        expected = [(name, f"{name} first") for name in names]
+        await tools.sightings.wait(["distrun", "kubectl"], expected, 60)
+        await watch
+        await tools.stop()
+        await engine.delete(job.id, "alice")
+        for tool, values in results.items():
+            for name, text in expected:
+                when = tools.sightings.when(tool, name, text)
+                if when is not None:
+                    values.append(when - running[name])
+    print(
+        f"\n## Pod Running (its watch event) to its first line shown, {RUNNING_ROUNDS} jobs of "
+        f"{len(spec(1).replica_names())} pods: distrun's follow (open since submission) and "
+        "`kubectl logs -f` started at that moment"
+    )
+    for tool, values in results.items():
+        if values:
+            print(
+                f"{tool:8} median {statistics.median(values) * 1000:6.0f} ms  min "
+                f"{min(values) * 1000:6.0f} ms  max {max(values) * 1000:6.0f} ms  ({len(values)} pods)"
+            )
+    if results["distrun"] and results["kubectl"]:
+        gap = statistics.median(results["distrun"]) - statistics.median(results["kubectl"])
+        print(f"distrun's median minus kubectl's: {gap * 1000:+.0f} ms (goal: at most +200 ms)")
+
+
+async def watch_running(
+    core: Any,
+    namespace: str,
+    job_id: str,
+    names: list[str],
+    running: dict[str, float],
+    tools: Tools,
+) -> None:
+    """Notes when each of the job's pods turns Running, and starts `kubectl logs -f` on it."""
+    pods = {f"{job_id}-{name}": name for name in names}
+    watch = kubernetes_asyncio.watch.Watch()
+    async with watch.stream(core.list_namespaced_pod, namespace, timeout_seconds=120) as stream:
+        async for event in stream:
+            pod = event["object"]
+            name = pods.get(pod.metadata.name)
+            if name is None or name in running or pod.status.phase != "Running":
+                continue
+            running[name] = time.monotonic()
+            await tools.start_kubectl([pod.metadata.name])
+            if len(running) == len(names):
+                return
+
+
 async def late_and_pending_pods(cluster: KubeCluster, admin: Any, namespace: str) -> None:
     """Which tool shows a replica that is still Pending when it starts (master-0), one that
     runs (worker-0), and one whose pod is created after it started (worker-1)."""
@@ -482,7 +556,7 @@ async def late_and_pending_pods(cluster: KubeCluster, admin: Any, namespace: str
         print(f"{tool:14} " + "; ".join(cells))
 
 
-PARTS = ("calls", "creation", "logs", "late")
+PARTS = ("calls", "creation", "logs", "running", "late")
 
 
 def parts_wanted() -> set[str]:
@@ -515,6 +589,8 @@ async def main() -> None:
                 await creation_to_running(cluster, api)
             if "logs" in wanted:
                 await first_line_and_latency(cluster, api, "bench")
+            if "running" in wanted:
+                await running_to_first_line(cluster, api, "bench")
             if "late" in wanted:
                 await late_and_pending_pods(cluster, api, "bench")
         finally:

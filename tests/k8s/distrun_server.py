@@ -22,7 +22,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 from tornado.websocket import WebSocketClientConnection
 
-from tests.server_process import ServerProcess, free_port
+from tests.server_process import ServerProcess, free_port, merge
 
 from .cluster import KubeCluster
 
@@ -134,9 +134,14 @@ class DistrunServer:
     """A real server (tests/server_process.py) with the Kubernetes engines beside the local
     one, under `BASE_URL`, where each user authenticates with their own token."""
 
-    def __init__(self, engines: dict[str, Any], default_engine: str = "local") -> None:
+    def __init__(
+        self,
+        engines: dict[str, Any],
+        default_engine: str = "local",
+        extra_config: dict[str, Any] | None = None,
+    ) -> None:
         workdir = Path(tempfile.mkdtemp(prefix="distrun-srv-"))
-        config = {
+        config: dict[str, Any] = {
             "ServerApp": {
                 "identity_provider_class": (
                     "tests.k8s.server_identity.TokenPerUserIdentityProvider"
@@ -151,6 +156,7 @@ class DistrunServer:
                 "engines": {"local": {"class": "distrun.engines.local.LocalEngine"}, **engines},
             },
         }
+        config = merge(config, extra_config or {})
         self.process = ServerProcess(workdir, config=config, token=None, base_url=BASE_URL)
 
     @property

@@ -17,8 +17,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
 from distrun.core import jobids
 from distrun.core.errors import (
     Conflict,
@@ -30,7 +28,7 @@ from distrun.core.errors import (
     SpecError,
 )
 from distrun.core.job import Job, JobState, ReplicaStatus
-from distrun.core.logs import Cursor, JobUpdate, LogBatch, LogEvent, LogLine, PartialUpdate
+from distrun.core.logs import Cursor, LogEvent, LogLine
 from distrun.core.spec import JobSpec, Limits
 from distrun.engines.cursors import selected_replicas, start_seqs
 from distrun.engines.kube.client import (
@@ -42,12 +40,12 @@ from distrun.engines.kube.client import (
     namespace_for,
     new_api_client,
 )
+from distrun.engines.kube.feeds import JobFeed, follow_feed
 from distrun.engines.kube.gpu_modes import SHARED_GPU, GpuMode, gpu_shortage, pod_gpus
 from distrun.engines.kube.kueue import check_queue_system, workload_reason
 from distrun.engines.kube.logs import (
     LedgerStore,
     LogContext,
-    ReplicaFollower,
     current_instance,
     parse_line,
     parse_time,
@@ -76,11 +74,6 @@ _STORED_SPEC_LIMITS = Limits(
     max_replicas=1_000_000, max_gpus_per_replica=1_000_000, max_payload_bytes=1 << 60
 )
 LAST_LINES = 20
-WAITING_POLL_SECONDS = 2.0
-RETRY_SECONDS = 1.0  # between attempts to reach an API server that did not answer
-# How a watch or a read breaks when the API server goes away (a restart, a dropped
-# connection): the API's own errors, or the connection's, mid-stream.
-WATCH_BROKEN = (DistrunError, aiohttp.ClientError, OSError, TimeoutError)
 
 
 @dataclass(frozen=True)
@@ -159,6 +152,7 @@ class KubeEngine:
             KubeApi(api_client, owns_client=False) if api_client is not None else None
         )
         self._api_lock = asyncio.Lock()
+        self._feeds: dict[tuple[str, str], JobFeed] = {}  # by namespace and job id
 
     # --- the hooks each kind implements ---
 
@@ -188,6 +182,9 @@ class KubeEngine:
 
     def container_name(self, spec: JobSpec) -> str:
         raise NotImplementedError
+
+    def describe_job(self, obj: Obj, spec: JobSpec, pods: dict[str, Obj]) -> Job:
+        return describe(self.name, obj, spec, pods, self.phase(obj))
 
     def phase(self, obj: Obj) -> Phase:
         raise NotImplementedError
@@ -301,7 +298,7 @@ class KubeEngine:
             except Conflict as error:
                 jobs.append(unreadable_job(self.name, obj, error))
                 continue
-            replicas = self._replica_pods(by_job.get(obj["metadata"]["name"], []), spec)
+            replicas = self.replica_pods(by_job.get(obj["metadata"]["name"], []), spec)
             jobs.append(describe(self.name, obj, spec, replicas, self.phase(obj)))
         return sorted(jobs, key=lambda job: job.created_at, reverse=True)
 
@@ -363,7 +360,7 @@ class KubeEngine:
         names = selected_replicas(job_id, spec.replica_names(), replicas)
         starts = start_seqs(names, since)
         pods = await self._pods(api, obj, spec)
-        ctx = self._log_context(api, obj)
+        ctx = self.log_context(api, obj)
         await ctx.ledger.load()
         lines: list[LogLine] = []
         for name in names:
@@ -380,7 +377,7 @@ class KubeEngine:
         obj, spec = await self._get_owned(api, job_id, owner)
         names = selected_replicas(job_id, spec.replica_names(), replicas)
         pods = await self._pods(api, obj, spec)
-        ctx = self._log_context(api, obj)
+        ctx = self.log_context(api, obj)
         await ctx.ledger.load()
         found = []
         for name in names:
@@ -398,20 +395,53 @@ class KubeEngine:
         replicas: set[str] | None = None,
         max_batch: int = 5_000,
     ) -> AsyncIterator[LogEvent]:
+        """Every follower of a job in this process shares one feed (feeds.py): one watch of
+        the job, one of its pods and one log stream per replica, whatever their number."""
         if max_batch < 1:
             raise SpecError(f"max_batch must be at least 1, not {max_batch}", field="max_batch")
-        api = await self.api()
-        obj, spec = await self._get_owned(api, job_id, owner)
-        names = selected_replicas(job_id, spec.replica_names(), replicas)
-        starts = start_seqs(names, since)
-        follow = _Follow(self, api, obj, spec, names, starts, max_batch)
+        feed = await self._join_feed(job_id, owner)
         try:
-            async for event in follow.events():
+            names = selected_replicas(job_id, feed.spec.replica_names(), replicas)
+            starts = start_seqs(names, since)
+            async for event in follow_feed(feed, names, starts, max_batch):
                 yield event
         finally:
-            await follow.stop()
+            await self._leave_feed(feed)
+
+    async def _join_feed(self, job_id: str, owner: str) -> JobFeed:
+        """The job's feed, started if none runs; the owner is checked against the job object
+        the feed keeps up to date (a follower of a followed job costs the API server nothing)."""
+        jobids.check_job_id(job_id)
+        key = (self.namespace_for(owner), job_id)
+        feed = self._feeds.get(key)
+        if feed is None or feed.gone:
+            api = await self.api()
+            obj, spec = await self._get_owned(api, job_id, owner)
+            feed = self._feeds.get(key)
+            if feed is None or feed.gone:
+                feed = self._feeds[key] = JobFeed(self, api, obj, spec)
+        feed.viewers += 1
+        try:
+            await asyncio.shield(feed.started)
+            if not _owned_by(feed.obj, owner):
+                raise NotFound(f"no job {job_id!r}")
+        except BaseException:
+            await self._leave_feed(feed)
+            raise
+        return feed
+
+    async def _leave_feed(self, feed: JobFeed) -> None:
+        feed.viewers -= 1
+        if feed.viewers > 0:
+            return
+        key = (feed.namespace, feed.job_id)
+        if self._feeds.get(key) is feed:
+            del self._feeds[key]
+        await feed.stop()
 
     async def close(self) -> None:
+        feeds, self._feeds = list(self._feeds.values()), {}
+        await asyncio.gather(*(feed.stop() for feed in feeds), return_exceptions=True)
         if self._api is not None:
             await self._api.close()
         self._api = None
@@ -501,10 +531,7 @@ class KubeEngine:
                 continue
         else:
             raise NotFound(f"no job {job_id!r}")
-        if (
-            _owner(obj) != owner
-            or obj["metadata"].get("labels", {}).get(LABEL_MANAGED_BY) != "distrun"
-        ):
+        if not _owned_by(obj, owner):
             raise NotFound(f"no job {job_id!r}")
         return obj
 
@@ -518,7 +545,7 @@ class KubeEngine:
     async def _pods(self, api: KubeApi, obj: Obj, spec: JobSpec) -> dict[str, Obj]:
         meta = obj["metadata"]
         pods = await api.list(PODS, meta["namespace"], self.pod_selector(meta["name"]), "list pods")
-        return self._replica_pods(pods.get("items", []), spec)
+        return self.replica_pods(pods.get("items", []), spec)
 
     async def _stop_running_pods(self, api: KubeApi, obj: Obj, spec: JobSpec) -> None:
         """Deletes the pods of an ended job that still run (kept by cleanPodPolicy None, or
@@ -529,7 +556,7 @@ class KubeEngine:
                     name = pod["metadata"]["name"]
                     await api.delete(PODS, pod["metadata"]["namespace"], name, "stop a replica")
 
-    def _replica_pods(self, pods: list[Obj], spec: JobSpec) -> dict[str, Obj]:
+    def replica_pods(self, pods: list[Obj], spec: JobSpec) -> dict[str, Obj]:
         """The newest pod of each replica (an operator may be replacing an old one)."""
         chosen: dict[str, Obj] = {}
         for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", "")):
@@ -538,7 +565,7 @@ class KubeEngine:
                 chosen[replica] = pod
         return chosen
 
-    def _log_context(self, api: KubeApi, obj: Obj) -> LogContext:
+    def log_context(self, api: KubeApi, obj: Obj) -> LogContext:
         meta = obj["metadata"]
         ledger = LedgerStore(api, meta["namespace"], meta["name"])
         return LogContext(api, meta["namespace"], ledger, self.limits.max_log_line_bytes)
@@ -554,245 +581,6 @@ class KubeEngine:
         except DistrunError:
             return []
         return [parse_line(raw, self.limits.max_log_line_bytes)[1] for raw in split_log(data)]
-
-
-class _Follow:
-    """One `follow` call: a watch on the job object, a watch on its pods, and a follower per
-    selected replica feeding one bounded queue (a slow consumer holds the readers back; nothing
-    piles up in memory)."""
-
-    def __init__(
-        self,
-        engine: KubeEngine,
-        api: KubeApi,
-        obj: Obj,
-        spec: JobSpec,
-        names: list[str],
-        starts: dict[str, int],
-        max_batch: int,
-    ) -> None:
-        self.engine, self.api, self.obj, self.spec = engine, api, obj, spec
-        self.max_batch = max_batch
-        self.pods: dict[str, Obj] = {}
-        self.all_pods: dict[str, Obj] = {}  # by pod name
-        self.gone = False
-        self.changed = asyncio.Event()
-        self.queue: asyncio.Queue[LogLine] = asyncio.Queue(maxsize=max(1000, max_batch))
-        # Unfinished lines not passed on yet (the newest per replica), and each replica's next
-        # seq passed on: an unfinished line its finished line overtook is dropped.
-        self.partials: dict[str, LogLine] = {}
-        self.next_seqs = dict(starts)
-        ctx = engine._log_context(api, obj)
-        container = engine.container_name(spec)
-        self.followers = {
-            name: ReplicaFollower(
-                ctx, name, container, starts[name], self.queue.put, self._partial_changed
-            )
-            for name in names
-        }
-        self.follower_tasks: list[asyncio.Task[None]] = []
-        self.watch_tasks: list[asyncio.Task[None]] = []
-        self.waiting: str | None = None  # the cluster's word on why the pending job waits
-
-    async def events(self) -> AsyncIterator[LogEvent]:
-        meta = self.obj["metadata"]
-        namespace, job_id = meta["namespace"], meta["name"]
-        await self._list_pods(namespace, job_id)
-        await self._refresh_waiting()
-        self.watch_tasks = [
-            asyncio.create_task(self._watch_job(namespace, job_id)),
-            asyncio.create_task(self._watch_pods(namespace, job_id)),
-            asyncio.create_task(self._poll_waiting()),
-        ]
-        self.follower_tasks = [asyncio.create_task(f.run()) for f in self.followers.values()]
-        sent: Job | None = None
-        finishing = False
-        while True:
-            job = self._describe()
-            if job != sent:
-                sent = job
-                yield JobUpdate(job)
-            if (job.state.terminal or self.gone) and not finishing:
-                finishing = True
-                for follower in self.followers.values():
-                    follower.finish()
-            batch = self._drain()
-            if batch:
-                yield LogBatch(batch)
-            partials = self._take_partials()
-            if partials:
-                yield PartialUpdate(partials)
-            if batch:
-                continue
-            if finishing and all(task.done() for task in self.follower_tasks):
-                if self.queue.empty():
-                    return
-                continue
-            first = await self._wait()
-            if first is not None:
-                self.next_seqs[first.replica] = first.seq + 1
-                yield LogBatch([first, *self._drain(self.max_batch - 1)])
-
-    async def stop(self) -> None:
-        tasks = self.watch_tasks + self.follower_tasks
-        for task in tasks:
-            task.cancel()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        for result in results:
-            if isinstance(result, Exception) and not isinstance(result, DistrunError):
-                log.warning("a log follower of %s failed: %r", self.obj["metadata"]["name"], result)
-
-    def _describe(self, with_waiting: bool = True) -> Job:
-        obj = self.obj
-        if self.gone and not obj["metadata"].get("deletionTimestamp"):
-            obj = {**obj, "metadata": {**obj["metadata"], "deletionTimestamp": "gone"}}
-        job = describe(self.engine.name, obj, self.spec, self.pods, self.engine.phase(obj))
-        if with_waiting and self.waiting and job.state == JobState.PENDING:
-            job.reason = self.waiting
-        return job
-
-    async def _refresh_waiting(self) -> None:
-        job = self._describe(with_waiting=False)
-        waiting = None
-        if job.state == JobState.PENDING:
-            with contextlib.suppress(DistrunError):
-                waiting = await self.engine.waiting_reason(self.api, self.obj, job)
-        if waiting != self.waiting:
-            self.waiting = waiting
-            self._notify()
-
-    async def _poll_waiting(self) -> None:
-        """Events and PodGroups are not watched (a watch per follower for a word that rarely
-        changes); while the job is pending they are read again every few seconds."""
-        while True:
-            await asyncio.sleep(WAITING_POLL_SECONDS)
-            await self._refresh_waiting()
-
-    def _drain(self, limit: int | None = None) -> list[LogLine]:
-        lines: list[LogLine] = []
-        limit = self.max_batch if limit is None else limit
-        while len(lines) < limit and not self.queue.empty():
-            line = self.queue.get_nowait()
-            self.next_seqs[line.replica] = line.seq + 1
-            lines.append(line)
-        return lines
-
-    def _partial_changed(self, line: LogLine) -> None:
-        self.partials[line.replica] = line
-        self._notify()
-
-    def _take_partials(self) -> list[LogLine]:
-        taken = [p for p in self.partials.values() if p.seq >= self.next_seqs[p.replica]]
-        self.partials.clear()
-        return taken
-
-    async def _wait(self) -> LogLine | None:
-        """A line, or None when the job, a pod or a follower changed (or a while passed)."""
-        getter = asyncio.ensure_future(self.queue.get())
-        changed = asyncio.ensure_future(self.changed.wait())
-        pending_followers = [task for task in self.follower_tasks if not task.done()]
-        try:
-            await asyncio.wait(
-                [getter, changed, *pending_followers],
-                timeout=5.0,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        finally:
-            changed.cancel()
-            self.changed.clear()
-            if not getter.done():
-                getter.cancel()
-        if getter.done() and not getter.cancelled():
-            return getter.result()
-        return None
-
-    def _notify(self) -> None:
-        self.changed.set()
-
-    # --- watches ---
-
-    async def _list_pods(self, namespace: str, job_id: str) -> str:
-        listed = await self.api.list(PODS, namespace, self.engine.pod_selector(job_id), "list pods")
-        self.all_pods = {pod["metadata"]["name"]: pod for pod in listed.get("items", [])}
-        self._pods_changed()
-        return str(listed["metadata"].get("resourceVersion", ""))
-
-    def _pods_changed(self) -> None:
-        self.pods = self.engine._replica_pods(list(self.all_pods.values()), self.spec)
-        for name, follower in self.followers.items():
-            pod = self.pods.get(name)
-            if pod is not follower.pod:
-                follower.update(pod)
-        self._notify()
-
-    async def _watch_pods(self, namespace: str, job_id: str) -> None:
-        """Lists, then watches from the list's resourceVersion; lists again after an expired
-        version (410 Gone) or a broken connection, as long as the API server is unreachable."""
-        selector = self.engine.pod_selector(job_id)
-        version = ""
-        while True:
-            try:
-                if not version:
-                    version = await self._list_pods(namespace, job_id)
-                async for event in self.api.watch(PODS, namespace, selector, version, "watch pods"):
-                    version = self._on_pod_event(event, version)
-            except WATCH_BROKEN as error:
-                log.info("pod watch of %s broke: %r", job_id, error)
-                version = ""
-                await asyncio.sleep(RETRY_SECONDS)
-
-    def _on_pod_event(self, event: Obj, version: str) -> str:
-        kind, pod = event.get("type"), event.get("object") or {}
-        if kind == "ERROR":
-            return ""  # expired (410 Gone): list again
-        meta = pod.get("metadata", {})
-        if kind == "BOOKMARK":
-            return str(meta.get("resourceVersion", version))
-        if kind == "DELETED":
-            self.all_pods.pop(meta.get("name", ""), None)
-        else:
-            self.all_pods[meta["name"]] = pod
-        self._pods_changed()
-        return str(meta.get("resourceVersion", version))
-
-    async def _watch_job(self, namespace: str, job_id: str) -> None:
-        selector = f"{LABEL_INSTANCE}={job_id}"
-        resource = self.engine.resource_of(self.obj)
-        version = str(self.obj["metadata"].get("resourceVersion", ""))
-        while not self.gone:
-            try:
-                async for event in self.api.watch(resource, namespace, selector, version, "watch"):
-                    kind, obj = event.get("type"), event.get("object") or {}
-                    if kind == "ERROR":
-                        break
-                    version = str(obj.get("metadata", {}).get("resourceVersion", version))
-                    if kind == "DELETED":
-                        self.gone = True
-                    elif kind != "BOOKMARK":
-                        self.obj = obj
-                    self._notify()
-                    if self.gone:
-                        return
-            except WATCH_BROKEN as error:
-                log.info("job watch of %s broke: %r", job_id, error)
-                await asyncio.sleep(RETRY_SECONDS)
-            version = await self._read_job(resource, namespace, job_id)
-
-    async def _read_job(self, resource: Resource, namespace: str, job_id: str) -> str:
-        """The job object read again (what changed while no watch ran), retried while the API
-        server is unreachable; its resourceVersion, to watch from."""
-        while True:
-            try:
-                self.obj = await self.api.get(resource, namespace, job_id, "read the job")
-            except NotFound:
-                self.gone = True
-                return ""
-            except WATCH_BROKEN as error:
-                log.info("reading job %s failed: %r", job_id, error)
-                await asyncio.sleep(RETRY_SECONDS)
-                continue
-            self._notify()
-            return str(self.obj["metadata"].get("resourceVersion", ""))
 
 
 # --- pure functions of what the API server holds ----------------------------------------------
@@ -826,6 +614,11 @@ def unreadable_job(engine: str, obj: Obj, error: Conflict) -> Job:
         spec=JobSpec.from_dict({"framework": "generic", "code": ""}),
         reason=str(error),
     )
+
+
+def _owned_by(obj: Obj, owner: str) -> bool:
+    labels = obj["metadata"].get("labels", {})
+    return _owner(obj) == owner and labels.get(LABEL_MANAGED_BY) == "distrun"
 
 
 def _owner(obj: Obj) -> str | None:

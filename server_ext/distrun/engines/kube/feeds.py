@@ -1,0 +1,477 @@
+"""One upstream per job for every viewer of it in this server process.
+
+A `JobFeed` watches the job object and its pods once, and reads each followed replica's log
+once (one `ReplicaFeed`, one pod-log stream), however many viewers follow the job: websockets,
+REST follows, the CLI and the kernel magic all come through `KubeEngine.follow`. Each viewer
+(`FeedViewer`) keeps its own position per replica and reads at its own pace from the replica's
+recent lines, kept in memory up to REPLICA_KEPT_BYTES. The upstream never waits for a viewer: a
+viewer that falls behind what is kept (or starts before where the feed started) follows the
+replica on a stream of its own from where it is, at its own pace (a bounded queue holds that
+stream back, as every follower was held before sharing), until it reaches what is kept, and
+then reads the shared lines again: a slow viewer costs only itself. A replica's stream ends
+when its last viewer goes, and the job's watches with the job's last viewer.
+"""
+
+import asyncio
+import bisect
+import contextlib
+import logging
+import sys
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+import aiohttp
+
+from distrun.core.errors import DistrunError, NotFound
+from distrun.core.job import Job, JobState
+from distrun.core.logs import JobUpdate, LogBatch, LogEvent, LogLine, PartialUpdate
+from distrun.core.spec import JobSpec
+from distrun.engines.kube.client import PODS, KubeApi, Obj, Resource
+from distrun.engines.kube.logs import LogContext, ReplicaFollower
+from distrun.engines.kube.manifests.common import LABEL_INSTANCE
+
+log = logging.getLogger(__name__)
+WAITING_POLL_SECONDS = 2.0
+RETRY_SECONDS = 1.0  # between attempts to reach an API server that did not answer
+# How a watch or a read breaks when the API server goes away (a restart, a dropped
+# connection): the API's own errors, or the connection's, mid-stream.
+WATCH_BROKEN = (DistrunError, aiohttp.ClientError, OSError, TimeoutError)
+# A replica's newest lines kept for viewers behind the newest one; further behind, a viewer
+# reads the API server itself.
+REPLICA_KEPT_BYTES = 512 * 1024
+LINE_OVERHEAD_BYTES = 200  # a LogLine's object, its dict and fields, beside its text
+CATCH_UP_QUEUE_LINES = 1_000  # what a viewer's own stream reads ahead of the viewer
+RECHECK_SECONDS = 5.0  # a viewer looks again at least this often, changed or not
+
+
+class JobSource(Protocol):
+    """What a feed asks of its engine (KubeEngine)."""
+
+    name: str
+
+    def describe_job(self, obj: Obj, spec: JobSpec, pods: dict[str, Obj]) -> Job: ...
+
+    async def waiting_reason(self, api: KubeApi, obj: Obj, job: Job) -> str | None: ...
+
+    def pod_selector(self, job_id: str) -> str: ...
+
+    def replica_pods(self, pods: list[Obj], spec: JobSpec) -> dict[str, Obj]: ...
+
+    def resource_of(self, obj: Obj) -> Resource: ...
+
+    def log_context(self, api: KubeApi, obj: Obj) -> LogContext: ...
+
+    def container_name(self, spec: JobSpec) -> str: ...
+
+
+class Broadcast:
+    """Wakes every waiter each time it is set: a waiter takes `next()` before it looks at what
+    it waits for, so a change after its look wakes it."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    def next(self) -> asyncio.Event:
+        return self._event
+
+
+def _size(line: LogLine) -> int:
+    return sys.getsizeof(line.text) + LINE_OVERHEAD_BYTES
+
+
+class ReplicaFeed:
+    """One replica's log, read once from `since` for all viewers; its newest lines kept."""
+
+    def __init__(self, feed: "JobFeed", name: str, since: int) -> None:
+        self.feed, self.name = feed, name
+        self._lines: list[LogLine] = []
+        self._head = 0  # lines before it were let go
+        self._bytes = 0
+        self.kept_from = since  # every line from this seq the upstream read is kept
+        self.next_seq = since  # after the newest line read
+        self.partial: LogLine | None = None  # the unfinished line, as the follower last saw it
+        self.viewers = 0
+        self.follower = ReplicaFollower(
+            feed.ctx, name, feed.container, since, self._add, self._set_partial
+        )
+        self.follower.update(feed.pods.get(name))
+        if feed.finishing:
+            self.follower.finish()
+        self.task = asyncio.create_task(self.follower.run())
+        self.task.add_done_callback(lambda _task: feed.changed.set())
+
+    @property
+    def done(self) -> bool:
+        return self.task.done()
+
+    async def _add(self, line: LogLine) -> None:
+        self._lines.append(line)
+        self._bytes += _size(line)
+        self.next_seq = line.seq + 1
+        while self._bytes > REPLICA_KEPT_BYTES and self._head < len(self._lines) - 1:
+            dropped = self._lines[self._head]
+            self._head += 1
+            self._bytes -= _size(dropped)
+            self.kept_from = dropped.seq + 1
+        if self._head > 64 and self._head * 4 > len(self._lines):  # let the dropped ones go
+            del self._lines[: self._head]
+            self._head = 0
+        self.feed.changed.set()
+
+    def _set_partial(self, line: LogLine) -> None:
+        self.partial = line
+        self.feed.changed.set()
+
+    def lines_from(self, seq: int, limit: int) -> list[LogLine]:
+        """Up to `limit` kept lines from `seq` on (the caller is not behind `kept_from`)."""
+        start = bisect.bisect_left(self._lines, seq, lo=self._head, key=lambda line: line.seq)
+        return self._lines[start : start + limit]
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+class JobFeed:
+    """A job's object and pods, watched once, and its replicas' logs, each read once."""
+
+    def __init__(self, source: JobSource, api: KubeApi, obj: Obj, spec: JobSpec) -> None:
+        self.source, self.api, self.obj, self.spec = source, api, obj, spec
+        meta = obj["metadata"]
+        self.namespace, self.job_id = meta["namespace"], meta["name"]
+        self.ctx = source.log_context(api, obj)
+        self.container = source.container_name(spec)
+        self.changed = Broadcast()
+        self.replicas: dict[str, ReplicaFeed] = {}
+        self.catching_up: set[CatchUp] = set()  # viewers' own streams, told of pods too
+        self.all_pods: dict[str, Obj] = {}  # by pod name
+        self.pods: dict[str, Obj] = {}  # by replica
+        self.gone = False
+        self.finishing = False  # the job is over: the followers read what is there and stop
+        self.waiting: str | None = None  # the cluster's word on why the pending job waits
+        self.job = source.describe_job(obj, spec, {})
+        self.viewers = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self.started: asyncio.Task[None] = asyncio.create_task(self._start())
+
+    async def _start(self) -> None:
+        await self._list_pods()
+        await self._refresh_waiting()
+        self._tasks = [
+            asyncio.create_task(self._watch_job()),
+            asyncio.create_task(self._watch_pods()),
+            asyncio.create_task(self._poll_waiting()),
+        ]
+
+    async def stop(self) -> None:
+        self.started.cancel()
+        tasks = [*self._tasks, *(replica.task for replica in self.replicas.values())]
+        tasks += [catch_up.task for catch_up in self.catching_up]
+        for task in tasks:
+            task.cancel()
+        results = await asyncio.gather(self.started, *tasks, return_exceptions=True)
+        for result in results:
+            if isinstance(result, Exception) and not isinstance(result, DistrunError):
+                log.warning("following %s failed: %r", self.job_id, result)
+
+    # --- what viewers share ---
+
+    def join(self, name: str, since: int) -> ReplicaFeed:
+        replica = self.replicas.get(name)
+        if replica is None:
+            replica = self.replicas[name] = ReplicaFeed(self, name, since)
+        replica.viewers += 1
+        return replica
+
+    def leave(self, replica: ReplicaFeed) -> asyncio.Task[None] | None:
+        """The replica's stream stopped when its last viewer went (the task doing it)."""
+        replica.viewers -= 1
+        if replica.viewers > 0 or self.replicas.get(replica.name) is not replica:
+            return None
+        del self.replicas[replica.name]
+        return asyncio.create_task(replica.stop())
+
+    def _update(self) -> None:
+        """The job's description again, after its object, pods or waiting word changed."""
+        obj = self.obj
+        if self.gone and not obj["metadata"].get("deletionTimestamp"):
+            obj = {**obj, "metadata": {**obj["metadata"], "deletionTimestamp": "gone"}}
+        job = self.source.describe_job(obj, self.spec, self.pods)
+        if self.waiting and job.state == JobState.PENDING:
+            job.reason = self.waiting
+        self.job = job
+        if (job.state.terminal or self.gone) and not self.finishing:
+            self.finishing = True
+            for follower in self._followers():
+                follower.finish()
+        self.changed.set()
+
+    def _followers(self) -> list[ReplicaFollower]:
+        shared = [replica.follower for replica in self.replicas.values()]
+        return shared + [catch_up.follower for catch_up in self.catching_up]
+
+    async def _refresh_waiting(self) -> None:
+        job = self.source.describe_job(self.obj, self.spec, self.pods)
+        waiting = None
+        if job.state == JobState.PENDING:
+            with contextlib.suppress(DistrunError):
+                waiting = await self.source.waiting_reason(self.api, self.obj, job)
+        if waiting != self.waiting:
+            self.waiting = waiting
+            self._update()
+
+    async def _poll_waiting(self) -> None:
+        """Events and PodGroups are not watched (a watch per job for a word that rarely
+        changes); while the job is pending they are read again every few seconds."""
+        while True:
+            await asyncio.sleep(WAITING_POLL_SECONDS)
+            await self._refresh_waiting()
+
+    # --- watches ---
+
+    async def _list_pods(self) -> str:
+        selector = self.source.pod_selector(self.job_id)
+        listed = await self.api.list(PODS, self.namespace, selector, "list pods")
+        self.all_pods = {pod["metadata"]["name"]: pod for pod in listed.get("items", [])}
+        self._pods_changed()
+        return str(listed["metadata"].get("resourceVersion", ""))
+
+    def _pods_changed(self) -> None:
+        self.pods = self.source.replica_pods(list(self.all_pods.values()), self.spec)
+        for follower in self._followers():
+            pod = self.pods.get(follower.replica)
+            if pod is not follower.pod:
+                follower.update(pod)
+        self._update()
+
+    async def _watch_pods(self) -> None:
+        """Lists, then watches from the list's resourceVersion; lists again after an expired
+        version (410 Gone) or a broken connection, as long as the API server is unreachable."""
+        selector = self.source.pod_selector(self.job_id)
+        version = ""
+        while True:
+            try:
+                if not version:
+                    version = await self._list_pods()
+                watch = self.api.watch(PODS, self.namespace, selector, version, "watch pods")
+                async for event in watch:
+                    version = self._on_pod_event(event, version)
+            except WATCH_BROKEN as error:
+                log.info("pod watch of %s broke: %r", self.job_id, error)
+                version = ""
+                await asyncio.sleep(RETRY_SECONDS)
+
+    def _on_pod_event(self, event: Obj, version: str) -> str:
+        kind, pod = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            return ""  # expired (410 Gone): list again
+        meta = pod.get("metadata", {})
+        if kind == "BOOKMARK":
+            return str(meta.get("resourceVersion", version))
+        if kind == "DELETED":
+            self.all_pods.pop(meta.get("name", ""), None)
+        else:
+            self.all_pods[meta["name"]] = pod
+        self._pods_changed()
+        return str(meta.get("resourceVersion", version))
+
+    async def _watch_job(self) -> None:
+        selector = f"{LABEL_INSTANCE}={self.job_id}"
+        resource = self.source.resource_of(self.obj)
+        version = str(self.obj["metadata"].get("resourceVersion", ""))
+        while not self.gone:
+            try:
+                watch = self.api.watch(resource, self.namespace, selector, version, "watch")
+                async for event in watch:
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        break
+                    version = str(obj.get("metadata", {}).get("resourceVersion", version))
+                    if kind == "DELETED":
+                        self.gone = True
+                    elif kind != "BOOKMARK":
+                        self.obj = obj
+                    self._update()
+                    if self.gone:
+                        return
+            except WATCH_BROKEN as error:
+                log.info("job watch of %s broke: %r", self.job_id, error)
+                await asyncio.sleep(RETRY_SECONDS)
+            version = await self._read_job(resource)
+
+    async def _read_job(self, resource: Resource) -> str:
+        """The job object read again (what changed while no watch ran), retried while the API
+        server is unreachable; its resourceVersion, to watch from."""
+        while True:
+            try:
+                self.obj = await self.api.get(resource, self.namespace, self.job_id, "read the job")
+            except NotFound:
+                self.gone = True
+                self._update()
+                return ""
+            except WATCH_BROKEN as error:
+                log.info("reading job %s failed: %r", self.job_id, error)
+                await asyncio.sleep(RETRY_SECONDS)
+                continue
+            self._update()
+            return str(self.obj["metadata"].get("resourceVersion", ""))
+
+
+class CatchUp:
+    """A viewer's own stream of a replica from where it is, until it reaches the kept lines."""
+
+    def __init__(self, feed: JobFeed, name: str, since: int, wake: asyncio.Event) -> None:
+        self.feed, self.wake = feed, wake
+        self.queue: asyncio.Queue[LogLine] = asyncio.Queue(maxsize=CATCH_UP_QUEUE_LINES)
+        self.follower = ReplicaFollower(feed.ctx, name, feed.container, since, self._add)
+        self.follower.update(feed.pods.get(name))
+        if feed.finishing:
+            self.follower.finish()
+        self.task = asyncio.create_task(self.follower.run())
+        self.task.add_done_callback(lambda _task: wake.set())
+        feed.catching_up.add(self)
+
+    async def _add(self, line: LogLine) -> None:
+        await self.queue.put(line)
+        self.wake.set()
+
+    def take(self, limit: int) -> list[LogLine]:
+        lines: list[LogLine] = []
+        while len(lines) < limit and not self.queue.empty():
+            lines.append(self.queue.get_nowait())
+        return lines
+
+    @property
+    def exhausted(self) -> bool:
+        return self.task.done() and self.queue.empty()
+
+    async def stop(self) -> None:
+        self.feed.catching_up.discard(self)
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+class FeedViewer:
+    """One `follow` call: its own position in each selected replica, read from the feed."""
+
+    def __init__(
+        self, feed: JobFeed, names: list[str], starts: dict[str, int], max_batch: int
+    ) -> None:
+        self.feed, self.max_batch = feed, max_batch
+        self.positions = dict(starts)  # the next seq wanted, per replica
+        self.replicas = [feed.join(name, starts[name]) for name in names]
+        self._catching_up: dict[str, CatchUp] = {}
+        self._own_wake = asyncio.Event()  # a line on one of this viewer's own streams
+        self._sent_partials: dict[str, LogLine] = {}
+        self._turn = 0  # the replica read first next time: a busy one starves no other
+
+    def close(self) -> list[asyncio.Task[None]]:
+        stopping = [self.feed.leave(replica) for replica in self.replicas]
+        stopping += [asyncio.create_task(c.stop()) for c in self._catching_up.values()]
+        self.replicas, self._catching_up = [], {}
+        return [task for task in stopping if task is not None]
+
+    async def events(self) -> AsyncIterator[LogEvent]:
+        sent: Job | None = None
+        while True:
+            woken = self.feed.changed.next()
+            if self.feed.job != sent:
+                sent = self.feed.job
+                yield JobUpdate(sent)
+            batch = await self._take()
+            if batch:
+                yield LogBatch(batch)
+                continue
+            partials = self._partials()
+            if partials:
+                yield PartialUpdate(partials)
+            if self._over():
+                return
+            await self._wait(woken)
+
+    async def _wait(self, woken: asyncio.Event) -> None:
+        own = self._own_wake
+        waits = [woken.wait()] + ([own.wait()] if self._catching_up else [])
+        tasks = [asyncio.ensure_future(wait) for wait in waits]
+        try:
+            await asyncio.wait(tasks, timeout=RECHECK_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            own.clear()
+
+    def _over(self) -> bool:
+        """The job ended, and every line its replicas' followers read has been taken."""
+        return (
+            self.feed.finishing
+            and not self._catching_up
+            and all(
+                replica.done and self.positions[replica.name] >= replica.next_seq
+                for replica in self.replicas
+            )
+        )
+
+    async def _take(self) -> list[LogLine]:
+        lines: list[LogLine] = []
+        count = len(self.replicas)
+        self._turn = (self._turn + 1) % max(count, 1)
+        for index in range(count):
+            room = self.max_batch - len(lines)
+            if room <= 0:
+                break
+            lines += await self._take_from(self.replicas[(self._turn + index) % count], room)
+        return lines
+
+    async def _take_from(self, replica: ReplicaFeed, room: int) -> list[LogLine]:
+        """Kept lines from this viewer's position, or, when it is behind them, lines of its
+        own stream; that stream stops once the kept lines go on from where it got to."""
+        name = replica.name
+        position = self.positions[name]
+        catch_up = self._catching_up.get(name)
+        if catch_up is None and position < replica.kept_from:
+            catch_up = CatchUp(self.feed, name, position, self._own_wake)
+            self._catching_up[name] = catch_up
+        if catch_up is None:
+            taken = replica.lines_from(position, room)
+        else:
+            taken = [line for line in catch_up.take(room) if line.seq >= position]
+        if taken:
+            self.positions[name] = position = taken[-1].seq + 1
+        if catch_up is not None and (position >= replica.kept_from or catch_up.exhausted):
+            del self._catching_up[name]
+            await catch_up.stop()
+            # Lines its stream could no longer read (a log the kubelet let go) are skipped.
+            self.positions[name] = max(position, replica.kept_from)
+        return taken
+
+    def _partials(self) -> list[LogLine]:
+        """The replicas' unfinished lines this viewer was not shown, ahead of its lines."""
+        found = []
+        for replica in self.replicas:
+            partial = replica.partial
+            position = self.positions[replica.name]
+            if (
+                partial is not None
+                and partial.seq >= position
+                and self._sent_partials.get(replica.name) != partial
+            ):
+                self._sent_partials[replica.name] = partial
+                found.append(partial)
+        return found
+
+
+async def follow_feed(
+    feed: JobFeed, names: list[str], starts: dict[str, int], max_batch: int
+) -> AsyncIterator[LogEvent]:
+    viewer = FeedViewer(feed, names, starts, max_batch)
+    try:
+        async for event in viewer.events():
+            yield event
+    finally:
+        stopping = viewer.close()
+        if stopping:
+            await asyncio.gather(*stopping, return_exceptions=True)

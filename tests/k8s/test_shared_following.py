@@ -1,0 +1,171 @@
+"""Many viewers of a job, one upstream: what the real API server serves while several followers
+of one job read it through one KubeflowEngine (the REST follow, the websocket, the CLI and the
+kernel magic all follow through it), counted by the API server itself (its /metrics). The real
+Training Operator makes the pods; kwok serves their logs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+import pytest
+
+from distrun.core.job import Job, JobState
+from distrun.core.logs import LogBatch, LogEvent
+from distrun.core.spec import JobSpec
+from distrun.engines.kube.kubeflow import KubeflowEngine
+
+from ..reliability.helpers import SequenceChecker, read_all, wait_until
+from ..reliability.numbered_lines import line_bytes
+from .apiserver_metrics import ApiServerLoad, apiserver_load
+from .cluster import KubeCluster, PodLog
+from .real_operator import WAIT, clear_v1_jobs, submit_with_logs, succeed
+
+pytestmark = pytest.mark.kubernetes
+
+VIEWERS = 4
+FIRST, TOTAL = 60, 120  # lines per replica written before the viewers come, and in all
+
+
+@pytest.fixture
+async def kubeflow(kube_admin: Any, operator_namespace: str) -> AsyncIterator[KubeflowEngine]:
+    await clear_v1_jobs(kube_admin, operator_namespace)
+    engine = KubeflowEngine(api_client=kube_admin, namespace=operator_namespace)
+    yield engine
+    await engine.close()
+
+
+def write(logs: dict[str, PodLog], lines: range) -> None:
+    for name, log in logs.items():
+        log.write(*(line_bytes(name, i) for i in lines))
+
+
+async def settled_load(admin: Any, check: Any, what: str) -> ApiServerLoad:
+    """The API server's load once `check(load)` holds (its gauges follow within moments)."""
+    found: list[ApiServerLoad] = []
+
+    async def look() -> bool:
+        found.append(await apiserver_load(admin))
+        return bool(check(found[-1]))
+
+    deadline = asyncio.get_running_loop().time() + WAIT
+    while not await look():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{what}: the API server still serves {found[-1]}")
+        await asyncio.sleep(0.2)
+    return found[-1]
+
+
+async def test_viewers_of_a_job_share_one_log_stream_per_replica_and_one_watch_each_of_job_and_pods(
+    kubeflow: KubeflowEngine,
+    kube_cluster: KubeCluster,
+    kube_admin: Any,
+    operator_namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = JobSpec.from_dict(
+        {"framework": "pytorch", "code": "pass\n", "roles": {"worker": {"replicas": 3}}}
+    )
+    submitted, logs = await submit_with_logs(kube_cluster, kubeflow, spec, monkeypatch)
+    names = [replica.name for replica in submitted.replicas]
+    assert len(names) == 4
+    write(logs, range(FIRST))
+    before = await apiserver_load(kube_admin)
+
+    checkers = [SequenceChecker(names) for _ in range(VIEWERS)]
+    late = SequenceChecker(names)  # joins later, from the middle of every replica's log
+    late.next_seq = dict.fromkeys(names, FIRST // 2)
+
+    async def view(checker: SequenceChecker, since: dict[str, int] | None) -> Job | None:
+        async with aclosing(kubeflow.follow(submitted.id, "alice", since=since)) as events:
+            return await read_all(events, checker)
+
+    viewers = [asyncio.create_task(view(checker, None)) for checker in checkers]
+    await wait_until(
+        lambda: all(checker.received == 4 * FIRST for checker in checkers),
+        "every viewer's first lines",
+        WAIT,
+    )
+    during = await settled_load(
+        kube_admin,
+        lambda load: load.log_streams() - before.log_streams() >= len(names),
+        "the replicas' log streams",
+    )
+    assert during.log_streams() - before.log_streams() == len(names), (
+        f"{VIEWERS} viewers of {len(names)} replicas: one stream per replica, not per viewer"
+    )
+    assert during.watches("pods") - before.watches("pods") == 1
+    assert during.watches("pytorchjobs") - before.watches("pytorchjobs") == 1
+
+    viewers.append(asyncio.create_task(view(late, late.cursor())))
+    write(logs, range(FIRST, TOTAL))
+    await wait_until(
+        lambda: all(c.received >= 4 * FIRST for c in [*checkers, late]), "the late viewer", WAIT
+    )
+    with_late = await apiserver_load(kube_admin)
+    assert with_late.log_streams() - before.log_streams() == len(names), "the late one shares too"
+
+    await succeed(kube_admin, operator_namespace, submitted.id)
+    finals = await asyncio.wait_for(asyncio.gather(*viewers), WAIT)
+    assert all(final is not None and final.state == JobState.SUCCEEDED for final in finals)
+    for checker in checkers:
+        assert checker.next_seq == dict.fromkeys(names, TOTAL), "every line, exactly once"
+    assert late.next_seq == dict.fromkeys(names, TOTAL)
+    assert late.received == 4 * (TOTAL - FIRST // 2)
+    await settled_load(
+        kube_admin,
+        lambda load: load.log_streams() <= before.log_streams(),
+        "the streams ended with their viewers",
+    )
+
+
+async def test_the_last_viewer_leaving_ends_the_streams_and_watches_of_a_running_job(
+    kubeflow: KubeflowEngine,
+    kube_cluster: KubeCluster,
+    kube_admin: Any,
+    operator_namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = JobSpec.from_dict(
+        {"framework": "pytorch", "code": "pass\n", "roles": {"worker": {"replicas": 1}}}
+    )
+    submitted, logs = await submit_with_logs(kube_cluster, kubeflow, spec, monkeypatch)
+    names = [replica.name for replica in submitted.replicas]
+    write(logs, range(10))
+    before = await apiserver_load(kube_admin)
+    followers = [kubeflow.follow(submitted.id, "alice") for _ in range(3)]
+    checkers = [SequenceChecker(names) for _ in followers]
+
+    async def read_some(events: AsyncIterator[LogEvent], checker: SequenceChecker) -> None:
+        async for event in events:
+            if isinstance(event, LogBatch):
+                checker.check(event.lines)
+            if checker.received == 20:
+                return
+
+    await asyncio.wait_for(
+        asyncio.gather(*(read_some(f, c) for f, c in zip(followers, checkers, strict=True))),
+        WAIT,
+    )
+    await settled_load(
+        kube_admin,
+        lambda load: load.log_streams() - before.log_streams() == len(names),
+        "one stream per replica",
+    )
+    for follower in followers[:-1]:
+        await follower.aclose()
+    still = await apiserver_load(kube_admin)
+    assert still.log_streams() - before.log_streams() == len(names), "one viewer is left"
+    await followers[-1].aclose()
+    after = await settled_load(
+        kube_admin,
+        lambda load: (
+            load.log_streams() <= before.log_streams()
+            and load.watches("pods") <= before.watches("pods")
+        ),
+        "the streams and watches ended with the last viewer",
+    )
+    assert after.watches("pytorchjobs") <= before.watches("pytorchjobs")
+    await succeed(kube_admin, operator_namespace, submitted.id)

@@ -1,0 +1,171 @@
+"""The sharing in engines/kube/feeds.py without an API server: a replica's kept lines, viewers at
+their own positions, a viewer behind what is kept reading the rest itself. The tier's
+tests/k8s/test_shared_following.py runs the same against the real API server."""
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from distrun.core.logs import JobUpdate, LogBatch, LogEvent, LogLine, PartialUpdate
+from distrun.engines.kube import feeds
+from distrun.engines.kube.feeds import Broadcast, FeedViewer, ReplicaFeed
+
+
+class FakeJobFeed:
+    """What ReplicaFeed and FeedViewer use of a JobFeed; no pods, so followers never read."""
+
+    def __init__(self) -> None:
+        self.ctx: Any = None
+        self.container = "main"
+        self.pods: dict[str, Any] = {}
+        self.finishing = False
+        self.changed = Broadcast()
+        self.replicas: dict[str, ReplicaFeed] = {}
+        self.job = "running"
+
+    join = feeds.JobFeed.join
+    leave = feeds.JobFeed.leave
+
+    def finish(self) -> None:
+        self.finishing = True
+        for replica in self.replicas.values():
+            replica.follower.finish()
+        self.changed.set()
+
+
+def line(seq: int, replica: str = "worker-0") -> LogLine:
+    return LogLine(replica, seq, 1000.0 + seq, f"line {seq} " + "x" * 80)
+
+
+@pytest.fixture
+def small_kept(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """Replicas keep about ten lines."""
+    kept = 10 * feeds._size(line(0))
+    monkeypatch.setattr(feeds, "REPLICA_KEPT_BYTES", kept)
+    yield kept
+
+
+async def add(replica: ReplicaFeed, seqs: range) -> None:
+    for seq in seqs:
+        await replica._add(line(seq, replica.name))
+
+
+async def next_lines(events: AsyncIterator[LogEvent]) -> list[LogLine]:
+    async for event in events:
+        if isinstance(event, LogBatch):
+            return event.lines
+    raise AssertionError("the events ended before a batch")
+
+
+async def test_a_replica_keeps_its_newest_lines_within_its_bytes_and_says_from_where(
+    small_kept: int,
+) -> None:
+    job = FakeJobFeed()
+    replica = job.join("worker-0", 5)
+    await add(replica, range(5, 2_005))
+    assert replica.next_seq == 2_005
+    assert 1_990 <= replica.kept_from <= 1_996
+    kept = replica.lines_from(replica.kept_from, 100)
+    assert [kept_line.seq for kept_line in kept] == list(range(replica.kept_from, 2_005))
+    assert replica.lines_from(2_000, 3) == [line(2_000), line(2_001), line(2_002)]
+    assert replica.lines_from(2_005, 10) == []
+    await replica.stop()
+
+
+async def test_viewers_read_the_same_lines_each_from_its_own_position_and_pace(
+    small_kept: int,
+) -> None:
+    job = FakeJobFeed()
+    fast = FeedViewer(job, ["worker-0"], {"worker-0": 0}, max_batch=4)  # type: ignore[arg-type]
+    late = FeedViewer(job, ["worker-0"], {"worker-0": 3}, max_batch=100)  # type: ignore[arg-type]
+    assert len(job.replicas) == 1, "two viewers of a replica, one upstream"
+    replica = job.replicas["worker-0"]
+    fast_events, late_events = fast.events(), late.events()
+    assert isinstance(await anext(fast_events), JobUpdate)
+    assert isinstance(await anext(late_events), JobUpdate)
+    await add(replica, range(6))
+    assert [x.seq for x in await next_lines(fast_events)] == [0, 1, 2, 3]
+    assert [x.seq for x in await next_lines(fast_events)] == [4, 5]
+    assert [x.seq for x in await next_lines(late_events)] == [3, 4, 5]
+    for viewer in (fast, late):
+        for task in viewer.close():
+            await task
+    assert job.replicas == {}, "the stream ends with its last viewer"
+
+
+async def test_a_viewer_behind_what_is_kept_follows_on_its_own_stream_then_shares_again(
+    small_kept: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written = [line(seq) for seq in range(200)]
+    streams: list[Any] = []
+
+    class OwnStream:
+        """A viewer's own stream of the replica's log from `since` (the real one follows the
+        pod), reading ahead of the viewer at most 10 lines."""
+
+        def __init__(self, feed: Any, name: str, since: int, wake: Any) -> None:
+            self.next, self.stopped, self.taken = since, False, 0
+            streams.append(self)
+
+        def take(self, limit: int) -> list[LogLine]:
+            lines = written[self.next : self.next + min(limit, 10)]
+            self.next += len(lines)
+            self.taken += len(lines)
+            return lines
+
+        exhausted = False
+
+        async def stop(self) -> None:
+            self.stopped = True
+
+    monkeypatch.setattr(feeds, "CatchUp", OwnStream)
+    job = FakeJobFeed()
+    slow = FeedViewer(job, ["worker-0"], {"worker-0": 0}, max_batch=50)  # type: ignore[arg-type]
+    replica = job.replicas["worker-0"]
+    events = slow.events()
+    await anext(events)  # the job
+    await add(replica, range(200))  # far more than is kept while the viewer was away
+    assert replica.kept_from > 150
+    got = []
+    while len(got) < 200:
+        got += await next_lines(events)
+    assert [x.seq for x in got] == list(range(200)), "every line once, in order"
+    [stream] = streams
+    assert stream.stopped, "its own stream stopped once the kept lines went on from there"
+    # Only what was no longer kept (and the rest of the 10 it had read ahead).
+    assert replica.kept_from <= stream.taken < replica.kept_from + 10
+    for task in slow.close():
+        await task
+
+
+async def test_a_viewer_is_shown_a_replicas_unfinished_line_after_the_lines_it_can_take(
+    small_kept: int,
+) -> None:
+    job = FakeJobFeed()
+    viewer = FeedViewer(job, ["worker-0"], {"worker-0": 0}, max_batch=2)  # type: ignore[arg-type]
+    replica = job.replicas["worker-0"]
+    events = viewer.events()
+    await anext(events)
+    await add(replica, range(3))
+    replica._set_partial(LogLine("worker-0", 3, 1003.0, "50%"))
+    assert [x.seq for x in await next_lines(events)] == [0, 1]
+    event = await anext(events)
+    assert isinstance(event, LogBatch) and [x.seq for x in event.lines] == [2]
+    event = await anext(events)
+    assert isinstance(event, PartialUpdate) and event.lines[0].text == "50%"
+    for task in viewer.close():
+        await task
+
+
+async def test_viewers_end_once_the_job_is_over_and_they_have_every_line(small_kept: int) -> None:
+    job = FakeJobFeed()
+    viewer = FeedViewer(job, ["worker-0"], {"worker-0": 0}, max_batch=100)  # type: ignore[arg-type]
+    replica = job.replicas["worker-0"]
+    await add(replica, range(3))
+    job.finish()
+    events = [event async for event in viewer.events()]
+    assert [type(event) for event in events] == [JobUpdate, LogBatch]
+    assert replica.done
+    for task in viewer.close():
+        await task
