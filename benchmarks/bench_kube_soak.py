@@ -227,6 +227,7 @@ class PhaseResult:
     requests_per_minute: float
     lines: int
     errors: list[str]
+    busiest: list[tuple[str, int]] = field(default_factory=list)
     lag: tuple[float, float] | None = None  # p99, max
     rss_mib: tuple[float, float] | None = None  # start, end
 
@@ -263,6 +264,7 @@ async def phase(
         end.requests_since(start) * 60 / elapsed - quiet,
         sum(viewer.received for viewer, _ in viewers) - received,
         errors,
+        end.busiest_since(start),
     )
 
 
@@ -362,8 +364,16 @@ async def naive_phase(
 # --- report -----------------------------------------------------------------------------------
 
 
+INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+
+
 def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
     replicas = args.jobs * args.replicas
+    if INOTIFY_INSTANCES.exists():
+        # kwok reads logs with the kubelet's own code, an inotify instance per followed log:
+        # past this limit (128 by default) follows fail at once and are made again, as on a
+        # real node.
+        print(f"\nfs.inotify.max_user_instances here: {INOTIFY_INSTANCES.read_text().strip()}")
     print(
         f"\n{args.jobs} jobs x {args.replicas} replicas ({replicas} pods), {args.rate} lines/s "
         f"each, phases of {args.phase_seconds:.0f} s; requests/min less the quiet phase's "
@@ -378,6 +388,9 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
             f"{result.requests_per_minute:>12.0f} {result.lines:>9,}  {len(result.errors)}"
         )
     print("  * pod and PyTorchJob watches open, the operator's and kwok's included (every phase)")
+    for result in results:
+        served = ", ".join(f"{kind} {count}" for kind, count in result.busiest)
+        print(f"  served most in {result.name}: {served}")
     shared, naive = results[1], results[3]
     print(
         f"log streams: shared {shared.log_streams} for {replicas} replicas, naive "

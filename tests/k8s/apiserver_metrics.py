@@ -28,6 +28,14 @@ class ApiServerLoad:
     def requests_since(self, earlier: ApiServerLoad) -> int:
         return sum((self.requests - earlier.requests).values())
 
+    def busiest_since(self, earlier: ApiServerLoad, count: int = 4) -> list[tuple[str, int]]:
+        """The kinds of request served most since `earlier`: ("GET pods/log", 12), ..."""
+        served = self.requests - earlier.requests
+        return [
+            (f"{verb} {resource}{'/' + sub if sub else ''}", n)
+            for (verb, resource, sub), n in served.most_common(count)
+        ]
+
 
 async def apiserver_load(admin: Any) -> ApiServerLoad:
     """`admin`: a kubernetes_asyncio ApiClient with the right to GET /metrics."""

@@ -7,6 +7,7 @@ The real Training Operator makes the pods (namespace `real-operator`)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -71,6 +72,15 @@ def gpu_nodes(kube_cluster: KubeCluster) -> Iterator[list[str]]:
         yield list(GPU_NODES)
     finally:
         for name in GPU_NODES:
+            # A pod still on the node (its job deleted moments ago) would stay Terminating for
+            # ever once kwok no longer plays the node's kubelet, and hold its job's foreground
+            # deletion in later tests: removed at once, as a node's lost pods are.
+            bound = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}")
+            for pod in bound.items:
+                with contextlib.suppress(kubernetes.client.ApiException):
+                    core.delete_namespaced_pod(
+                        pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
+                    )
             core.delete_node(name)
 
 
