@@ -229,27 +229,42 @@ class PhaseResult:
     errors: list[str]
     busiest: list[tuple[str, int]] = field(default_factory=list)
     lag: tuple[float, float] | None = None  # p99, max
-    rss_mib: tuple[float, float] | None = None  # start, end
+    rss_mib: list[float] = field(default_factory=list)  # at the start, middle and end
 
 
 Starter = Callable[[Viewer, asyncio.Event], Awaitable[None]]
 
 
 async def phase(
-    name: str, admin: Any, seconds: float, viewers: list[tuple[Viewer, Starter]], quiet: float
+    name: str,
+    admin: Any,
+    seconds: float,
+    viewers: list[tuple[Viewer, Starter]],
+    quiet: float,
+    server: DistrunServer | None = None,
 ) -> PhaseResult:
-    """The API server's load over `seconds` while `viewers` follow (after a warm-up)."""
+    """The API server's load over `seconds` while `viewers` follow (after a warm-up), and the
+    RSS of `server` at the start, middle and end."""
+    rss: list[float] = []
+
+    def sample() -> None:
+        if server is not None:
+            rss.append(server.process.memory_kib("VmRSS") / 1024)
+
     stop = asyncio.Event()
     tasks = [asyncio.create_task(start(viewer, stop)) for viewer, start in viewers]
     try:
         await asyncio.sleep(WARM_UP)  # connected and caught up
         start = await apiserver_load(admin)
+        sample()
         received = sum(viewer.received for viewer, _ in viewers)
         began = time.monotonic()
         await asyncio.sleep(seconds / 2)
         middle = await apiserver_load(admin)
+        sample()
         await asyncio.sleep(seconds / 2)
         end = await apiserver_load(admin)
+        sample()
         elapsed = time.monotonic() - began
     finally:
         stop.set()
@@ -265,6 +280,7 @@ async def phase(
         sum(viewer.received for viewer, _ in viewers) - received,
         errors,
         end.busiest_since(start),
+        rss_mib=rss,
     )
 
 
@@ -284,7 +300,7 @@ def lag_figures(lag_file: Path, since: float) -> tuple[float, float] | None:
     return (percentile(lags, 0.99), max(lags)) if lags else None
 
 
-def server_with_probe(kubeconfig: Path, work: Path) -> tuple[DistrunServer, Path]:
+def server_with_probe(kubeconfig: Path, work: Path, viewers: int) -> tuple[DistrunServer, Path]:
     """A distrun server with the event-loop probe of bench_soak.py loaded beside it."""
     probe_dir = work / f"probe-{len(list(work.iterdir()))}"
     probe_dir.mkdir()
@@ -295,7 +311,11 @@ def server_with_probe(kubeconfig: Path, work: Path) -> tuple[DistrunServer, Path
     extensions = {"distrun": True, "soak_lag_probe": True}
     server = DistrunServer(
         engine_config(kubeconfig),
-        extra_config={"ServerApp": {"jpserver_extensions": extensions}},
+        extra_config={
+            "ServerApp": {"jpserver_extensions": extensions},
+            # One user watches every job here: more websockets than one user may hold.
+            "DistrunApp": {"max_streams_per_user": viewers + 10},
+        },
     )
     return server, lag_file
 
@@ -308,19 +328,18 @@ async def run_phases(
     quiet = await phase("quiet", admin, seconds, [], 0.0)
     quiet_rate = quiet.requests_per_minute
     results = [quiet]
-    first, lag_file = server_with_probe(kubeconfig, work)
-    second, _ = server_with_probe(kubeconfig, work)
+    viewers = len(jobs.ids) * args.viewers
+    first, lag_file = server_with_probe(kubeconfig, work, viewers)
+    second, _ = server_with_probe(kubeconfig, work, viewers)
     await asyncio.to_thread(first.start)
     await asyncio.to_thread(second.start)
     try:
         all_viewers = [
             (Viewer(job), on_server(first)) for job in jobs.ids for _ in range(args.viewers)
         ]
-        rss_start = first.process.memory_kib("VmRSS") / 1024
         since = time.time() + WARM_UP
-        shared = await phase("shared", admin, seconds, all_viewers, quiet_rate)
+        shared = await phase("shared", admin, seconds, all_viewers, quiet_rate, first)
         shared.lag = lag_figures(lag_file, since)
-        shared.rss_mib = (rss_start, first.process.memory_kib("VmRSS") / 1024)
         results.append(shared)
         one_each = [(Viewer(job), on_server(first)) for job in jobs.ids]
         results.append(await phase("shared, 1 viewer a job", admin, seconds, one_each, quiet_rate))
@@ -401,9 +420,11 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
         print(
             f"shared server event-loop lag: p99 {p99 * 1000:.1f} ms, max {worst * 1000:.1f} ms (bound 100 ms)"
         )
-    if shared.rss_mib is not None:
+    if shared.rss_mib:
+        start, middle, end = shared.rss_mib
         print(
-            f"shared server RSS: {shared.rss_mib[0]:.0f} MiB at the start, {shared.rss_mib[1]:.0f} MiB at the end"
+            f"shared server RSS after warm-up: {start:.0f} MiB, mid-phase {middle:.0f} MiB, "
+            f"at the end {end:.0f} MiB"
         )
     errors = [error for result in results for error in result.errors]
     for error in errors[:20]:

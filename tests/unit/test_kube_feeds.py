@@ -62,7 +62,7 @@ async def test_a_replica_keeps_its_newest_lines_within_its_bytes_and_says_from_w
     small_kept: int,
 ) -> None:
     job = FakeJobFeed()
-    replica = job.join("worker-0", 5)
+    replica = job.join("worker-0", 5, "a reader that takes nothing")
     await add(replica, range(5, 2_005))
     assert replica.next_seq == 2_005
     assert 1_990 <= replica.kept_from <= 1_996
@@ -70,6 +70,20 @@ async def test_a_replica_keeps_its_newest_lines_within_its_bytes_and_says_from_w
     assert [kept_line.seq for kept_line in kept] == list(range(replica.kept_from, 2_005))
     assert replica.lines_from(2_000, 3) == [line(2_000), line(2_001), line(2_002)]
     assert replica.lines_from(2_005, 10) == []
+    await replica.stop()
+
+
+async def test_lines_every_viewer_has_taken_are_let_go(small_kept: int) -> None:
+    job = FakeJobFeed()
+    replica = job.join("worker-0", 0, "first")
+    job.join("worker-0", 0, "second")
+    await add(replica, range(6))
+    replica.took("first", 6)
+    assert replica.kept_from == 0 and len(replica.lines_from(0, 10)) == 6, "second wants them"
+    replica.took("second", 4)
+    assert replica.kept_from == 4 and replica.lines_from(4, 10) == [line(4), line(5)]
+    replica.took("second", 6)
+    assert replica.kept_from == 6 and replica.lines_from(6, 10) == []
     await replica.stop()
 
 

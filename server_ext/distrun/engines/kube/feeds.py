@@ -36,8 +36,8 @@ RETRY_SECONDS = 1.0  # between attempts to reach an API server that did not answ
 # How a watch or a read breaks when the API server goes away (a restart, a dropped
 # connection): the API's own errors, or the connection's, mid-stream.
 WATCH_BROKEN = (DistrunError, aiohttp.ClientError, OSError, TimeoutError)
-# A replica's newest lines kept for viewers behind the newest one; further behind, a viewer
-# reads the API server itself.
+# A replica's lines some viewer has yet to take are kept, at most this much of the newest; a
+# viewer further behind follows on a stream of its own.
 REPLICA_KEPT_BYTES = 512 * 1024
 LINE_OVERHEAD_BYTES = 200  # a LogLine's object, its dict and fields, beside its text
 CATCH_UP_QUEUE_LINES = 1_000  # what a viewer's own stream reads ahead of the viewer
@@ -84,7 +84,8 @@ def _size(line: LogLine) -> int:
 
 
 class ReplicaFeed:
-    """One replica's log, read once from `since` for all viewers; its newest lines kept."""
+    """One replica's log, read once from `since` for all viewers; the lines some viewer has
+    still to take kept (at most REPLICA_KEPT_BYTES of the newest)."""
 
     def __init__(self, feed: "JobFeed", name: str, since: int) -> None:
         self.feed, self.name = feed, name
@@ -94,7 +95,7 @@ class ReplicaFeed:
         self.kept_from = since  # every line from this seq the upstream read is kept
         self.next_seq = since  # after the newest line read
         self.partial: LogLine | None = None  # the unfinished line, as the follower last saw it
-        self.viewers = 0
+        self.readers: dict[object, int] = {}  # each viewer's next seq wanted
         self.follower = ReplicaFollower(
             feed.ctx, name, feed.container, since, self._add, self._set_partial
         )
@@ -112,15 +113,29 @@ class ReplicaFeed:
         self._lines.append(line)
         self._bytes += _size(line)
         self.next_seq = line.seq + 1
-        while self._bytes > REPLICA_KEPT_BYTES and self._head < len(self._lines) - 1:
-            dropped = self._lines[self._head]
+        self._let_go()
+        self.feed.changed.set()
+
+    def took(self, reader: object, position: int) -> None:
+        """`reader` wants the lines from `position` on now: those before it every reader has
+        taken go."""
+        self.readers[reader] = position
+        self._let_go()
+
+    def _let_go(self) -> None:
+        wanted = min(self.readers.values(), default=self.next_seq)
+        lines = self._lines
+        while self._head < len(lines) and (
+            lines[self._head].seq < wanted
+            or (self._bytes > REPLICA_KEPT_BYTES and self._head < len(lines) - 1)
+        ):
+            dropped = lines[self._head]
             self._head += 1
             self._bytes -= _size(dropped)
             self.kept_from = dropped.seq + 1
-        if self._head > 64 and self._head * 4 > len(self._lines):  # let the dropped ones go
-            del self._lines[: self._head]
+        if self._head > 64 and self._head * 4 > len(lines):
+            del lines[: self._head]
             self._head = 0
-        self.feed.changed.set()
 
     def _set_partial(self, line: LogLine) -> None:
         self.partial = line
@@ -180,17 +195,17 @@ class JobFeed:
 
     # --- what viewers share ---
 
-    def join(self, name: str, since: int) -> ReplicaFeed:
+    def join(self, name: str, since: int, reader: object) -> ReplicaFeed:
         replica = self.replicas.get(name)
         if replica is None:
             replica = self.replicas[name] = ReplicaFeed(self, name, since)
-        replica.viewers += 1
+        replica.readers[reader] = since
         return replica
 
-    def leave(self, replica: ReplicaFeed) -> asyncio.Task[None] | None:
+    def leave(self, replica: ReplicaFeed, reader: object) -> asyncio.Task[None] | None:
         """The replica's stream stopped when its last viewer went (the task doing it)."""
-        replica.viewers -= 1
-        if replica.viewers > 0 or self.replicas.get(replica.name) is not replica:
+        replica.readers.pop(reader, None)
+        if replica.readers or self.replicas.get(replica.name) is not replica:
             return None
         del self.replicas[replica.name]
         return asyncio.create_task(replica.stop())
@@ -363,14 +378,14 @@ class FeedViewer:
     ) -> None:
         self.feed, self.max_batch = feed, max_batch
         self.positions = dict(starts)  # the next seq wanted, per replica
-        self.replicas = [feed.join(name, starts[name]) for name in names]
+        self.replicas = [feed.join(name, starts[name], self) for name in names]
         self._catching_up: dict[str, CatchUp] = {}
         self._own_wake = asyncio.Event()  # a line on one of this viewer's own streams
         self._sent_partials: dict[str, LogLine] = {}
         self._turn = 0  # the replica read first next time: a busy one starves no other
 
     def close(self) -> list[asyncio.Task[None]]:
-        stopping = [self.feed.leave(replica) for replica in self.replicas]
+        stopping = [self.feed.leave(replica, self) for replica in self.replicas]
         stopping += [asyncio.create_task(c.stop()) for c in self._catching_up.values()]
         self.replicas, self._catching_up = [], {}
         return [task for task in stopping if task is not None]
@@ -446,6 +461,7 @@ class FeedViewer:
             await catch_up.stop()
             # Lines its stream could no longer read (a log the kubelet let go) are skipped.
             self.positions[name] = max(position, replica.kept_from)
+        replica.took(self, self.positions[name])
         return taken
 
     def _partials(self) -> list[LogLine]:
