@@ -474,6 +474,7 @@ async def running_to_first_line(cluster: KubeCluster, admin: Any, namespace: str
                 when = tools.sightings.when(tool, name, text)
                 if when is not None:
                     values.append(when - running[name])
+    await engine.close()
     print(
         f"\n## Pod Running (its watch event) to its first line shown, {RUNNING_ROUNDS} jobs of "
         f"{len(spec(1).replica_names())} pods: distrun's follow (open since submission) and "

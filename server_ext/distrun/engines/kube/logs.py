@@ -38,6 +38,7 @@ EmitPartial = Callable[[LogLine], None]
 # How often at most a replica's unfinished line is passed on (as the local engine records it).
 PARTIAL_INTERVAL = 0.25
 _LEDGER_RETRIES = 8
+RECONNECT_SECONDS = (0.05, 1.0)  # a log stream that ended early: first wait, longest wait
 # Bytes before a line's text read with timestamps=True: "2024-01-02T03:04:05.123456789Z ".
 TIMESTAMP_ROOM = 64
 
@@ -429,6 +430,7 @@ class ReplicaFollower:
             await self._catch_up(instance, is_previous=False)  # ended and counted already
             return
         self._seen = 0  # lines of this instance sent or skipped (before `since`) so far
+        retry = RECONNECT_SECONDS[0]
         while not self._over(instance):
             stream = asyncio.ensure_future(self._stream(instance, first))
             changed = asyncio.ensure_future(self._changed.wait())
@@ -440,7 +442,11 @@ class ReplicaFollower:
                 stream.cancel()
                 await _settle(stream)
             if stream.done() and not self._over(instance):
-                await self._wait_change(timeout=1.0)  # the stream ended early: reconnect
+                # The stream ended early (a container that has just started may not be
+                # readable yet): reconnect soon, then less and less often.
+                await self._wait_change(timeout=retry)
+                longest = RECONNECT_SECONDS[1]
+                retry = RECONNECT_SECONDS[0] if self._read else min(2 * retry, longest)
         await self._finish_instance(instance, first)
 
     async def _stream(self, instance: Instance, first: int) -> None:
