@@ -20,6 +20,8 @@ from typing import Any
 import kubernetes
 import pytest
 
+from distrun.engines.kube.kubeflow import KubeflowEngine
+
 from .binaries import Binaries, BuildError, ensure_all
 from .cluster import KubeCluster
 from .controller_builds import ControllerBinaries, ensure_controllers
@@ -33,6 +35,7 @@ from .distrun_server import (
     user_namespace,
 )
 from .real_controllers import start_job_controller, start_jobset, start_trainer, start_volcano
+from .real_operator import clear_v1_jobs
 
 SKIP_REASON = (
     "\n\n    !!! Kubernetes tier SKIPPED because DISTRUN_SKIP_K8S=1: no real kube-apiserver, "
@@ -200,6 +203,15 @@ async def kube_alice(kube_cluster: KubeCluster) -> AsyncIterator[Any]:
 async def kube_bob(kube_cluster: KubeCluster) -> AsyncIterator[Any]:
     async with kube_cluster.api_client("bob") as client:
         yield client
+
+
+@pytest.fixture
+async def kubeflow(kube_admin: Any, operator_namespace: str) -> AsyncIterator[KubeflowEngine]:
+    """The Kubeflow engine where the real Training Operator runs, cleared of earlier jobs."""
+    await clear_v1_jobs(kube_admin, operator_namespace)
+    engine = KubeflowEngine(api_client=kube_admin, namespace=operator_namespace)
+    yield engine
+    await engine.close()
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ import os
 import random
 import time
 import tracemalloc
-from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
@@ -37,7 +36,6 @@ from .cluster import KubeCluster, PodLog
 from .distrun_server import DistrunServer, receive, submit_cell, user_namespace
 from .real_operator import (
     WAIT,
-    clear_v1_jobs,
     pods_held,
     register_logs,
     submit_with_logs,
@@ -190,15 +188,6 @@ async def test_every_line_of_four_replicas_reaches_a_resuming_client_exactly_onc
 
 
 # --- slow and stalled followers of the engine ----------------------------------------------
-
-
-@pytest.fixture
-async def kubeflow(kube_admin: Any, operator_namespace: str) -> AsyncIterator[KubeflowEngine]:
-    """The Kubeflow engine where the real Training Operator runs, cleared of earlier jobs."""
-    await clear_v1_jobs(kube_admin, operator_namespace)
-    engine = KubeflowEngine(api_client=kube_admin, namespace=operator_namespace)
-    yield engine
-    await engine.close()
 
 
 async def test_stalled_followers_hold_up_no_one_hold_no_memory_and_leave_no_task_when_closed(

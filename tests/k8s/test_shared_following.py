@@ -21,20 +21,13 @@ from ..reliability.helpers import SequenceChecker, read_all, wait_until
 from ..reliability.numbered_lines import line_bytes
 from .apiserver_metrics import ApiServerLoad, apiserver_load
 from .cluster import KubeCluster, PodLog
-from .real_operator import WAIT, clear_v1_jobs, submit_with_logs, succeed
+from .real_operator import WAIT, submit_with_logs, succeed
+from .waiting import eventually
 
 pytestmark = pytest.mark.kubernetes
 
 VIEWERS = 4
 FIRST, TOTAL = 60, 120  # lines per replica written before the viewers come, and in all
-
-
-@pytest.fixture
-async def kubeflow(kube_admin: Any, operator_namespace: str) -> AsyncIterator[KubeflowEngine]:
-    await clear_v1_jobs(kube_admin, operator_namespace)
-    engine = KubeflowEngine(api_client=kube_admin, namespace=operator_namespace)
-    yield engine
-    await engine.close()
 
 
 def write(logs: dict[str, PodLog], lines: range) -> None:
@@ -44,18 +37,23 @@ def write(logs: dict[str, PodLog], lines: range) -> None:
 
 async def settled_load(admin: Any, check: Any, what: str) -> ApiServerLoad:
     """The API server's load once `check(load)` holds (its gauges follow within moments)."""
-    found: list[ApiServerLoad] = []
+    return await eventually(lambda: apiserver_load(admin), check, what, WAIT)
 
-    async def look() -> bool:
-        found.append(await apiserver_load(admin))
-        return bool(check(found[-1]))
 
-    deadline = asyncio.get_running_loop().time() + WAIT
-    while not await look():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"{what}: the API server still serves {found[-1]}")
-        await asyncio.sleep(0.2)
-    return found[-1]
+async def submit_written(
+    engine: KubeflowEngine,
+    cluster: KubeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    workers: int,
+    lines: range,
+) -> tuple[Job, dict[str, PodLog], list[str]]:
+    """alice's PyTorchJob of a master and `workers`, each replica's log holding `lines`."""
+    spec = JobSpec.from_dict(
+        {"framework": "pytorch", "code": "pass\n", "roles": {"worker": {"replicas": workers}}}
+    )
+    submitted, logs = await submit_with_logs(cluster, engine, spec, monkeypatch)
+    write(logs, lines)
+    return submitted, logs, [replica.name for replica in submitted.replicas]
 
 
 async def test_viewers_of_a_job_share_one_log_stream_per_replica_and_one_watch_each_of_job_and_pods(
@@ -65,13 +63,10 @@ async def test_viewers_of_a_job_share_one_log_stream_per_replica_and_one_watch_e
     operator_namespace: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    spec = JobSpec.from_dict(
-        {"framework": "pytorch", "code": "pass\n", "roles": {"worker": {"replicas": 3}}}
+    submitted, logs, names = await submit_written(
+        kubeflow, kube_cluster, monkeypatch, 3, range(FIRST)
     )
-    submitted, logs = await submit_with_logs(kube_cluster, kubeflow, spec, monkeypatch)
-    names = [replica.name for replica in submitted.replicas]
     assert len(names) == 4
-    write(logs, range(FIRST))
     before = await apiserver_load(kube_admin)
 
     checkers = [SequenceChecker(names) for _ in range(VIEWERS)]
@@ -128,12 +123,9 @@ async def test_the_last_viewer_leaving_ends_the_streams_and_watches_of_a_running
     operator_namespace: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    spec = JobSpec.from_dict(
-        {"framework": "pytorch", "code": "pass\n", "roles": {"worker": {"replicas": 1}}}
+    submitted, _logs, names = await submit_written(
+        kubeflow, kube_cluster, monkeypatch, 1, range(10)
     )
-    submitted, logs = await submit_with_logs(kube_cluster, kubeflow, spec, monkeypatch)
-    names = [replica.name for replica in submitted.replicas]
-    write(logs, range(10))
     before = await apiserver_load(kube_admin)
     followers = [kubeflow.follow(submitted.id, "alice") for _ in range(3)]
     checkers = [SequenceChecker(names) for _ in followers]
