@@ -128,6 +128,12 @@ class PodLog:
                 head + (line.encode() if isinstance(line, str) else line) + b"\n" for line in lines
             )
 
+    def rotate(self) -> None:
+        """What the kubelet does at containerLogMaxSize: the file is renamed (the API no
+        longer serves it) and a new, empty one takes its place."""
+        self.path.rename(self.path.with_name(f"{self.path.name}.{time.time_ns()}"))
+        self.path.touch()
+
 
 @dataclass
 class KubeCluster:

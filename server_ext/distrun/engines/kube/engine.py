@@ -31,6 +31,7 @@ from distrun.core.job import Job, JobState, ReplicaStatus
 from distrun.core.logs import Cursor, LogEvent, LogLine
 from distrun.core.spec import JobSpec, Limits
 from distrun.engines.cursors import selected_replicas, start_seqs
+from distrun.engines.kube.anchors import AnchorPolicy
 from distrun.engines.kube.client import (
     CONFIGMAPS,
     PODS,
@@ -122,6 +123,9 @@ class KubeEngine:
         gpu_shared_resource: str = SHARED_GPU,
         gpu_mig_profiles: tuple[str, ...] | list[str] = (),
         limits: Limits | None = None,
+        log_anchor_bytes: int = AnchorPolicy.every_bytes,
+        log_anchor_seconds: float = AnchorPolicy.every_seconds,
+        log_claim_after: float = AnchorPolicy.claim_after,
     ) -> None:
         """`namespace` is one namespace for everyone or a template such as
         "distrun-{username}"; `api_client` (a kubernetes_asyncio ApiClient) replaces
@@ -147,6 +151,7 @@ class KubeEngine:
             gpu=GpuMode(gpu_mode, gpu_shared_resource, tuple(gpu_mig_profiles)),
         )
         self.limits = limits or Limits()
+        self.anchor_policy = AnchorPolicy(log_anchor_bytes, log_anchor_seconds, log_claim_after)
         self._kubeconfig, self._context = kubeconfig, context
         self._api: KubeApi | None = (
             KubeApi(api_client, owns_client=False) if api_client is not None else None
@@ -567,7 +572,7 @@ class KubeEngine:
 
     def log_context(self, api: KubeApi, obj: Obj) -> LogContext:
         meta = obj["metadata"]
-        ledger = LedgerStore(api, meta["namespace"], meta["name"])
+        ledger = LedgerStore(api, meta["namespace"], meta["name"], self.anchor_policy)
         return LogContext(api, meta["namespace"], ledger, self.limits.max_log_line_bytes)
 
     async def _last_lines(self, api: KubeApi, pod: Obj, spec: JobSpec) -> list[str]:

@@ -97,7 +97,7 @@ class ReplicaFeed:
         self.partial: LogLine | None = None  # the unfinished line, as the follower last saw it
         self.readers: dict[object, int] = {}  # each viewer's next seq wanted
         self.follower = ReplicaFollower(
-            feed.ctx, name, feed.container, since, self._add, self._set_partial
+            feed.ctx, name, feed.container, since, self._add, self._set_partial, anchoring=True
         )
         self.follower.update(feed.pods.get(name))
         if feed.finishing:
@@ -189,6 +189,7 @@ class JobFeed:
         for task in tasks:
             task.cancel()
         results = await asyncio.gather(self.started, *tasks, return_exceptions=True)
+        await self.ctx.ledger.close()  # the anchors its followers left
         for result in results:
             if isinstance(result, Exception) and not isinstance(result, DistrunError):
                 log.warning("following %s failed: %r", self.job_id, result)

@@ -19,6 +19,7 @@ import codecs
 import contextlib
 import datetime
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -29,7 +30,22 @@ import aiohttp
 from distrun.core.errors import Conflict, DistrunError, NotFound
 from distrun.core.logs import PARTIAL_MAX_CHARS, LogLine
 from distrun.core.terminal import last_redraws, visible_line
+from distrun.engines.kube.anchors import (
+    ANCHORS_ANNOTATION,
+    Anchor,
+    AnchorBook,
+    AnchorPlacer,
+    AnchorPolicy,
+    FileScan,
+    LineKey,
+    add_to_book,
+    newest_index,
+    read_book,
+    write_book,
+)
 from distrun.engines.kube.client import CONFIGMAPS, KubeApi, StreamedLines
+
+log = logging.getLogger(__name__)
 
 LEDGER_ANNOTATION = "distrun.io/log-ledger"
 Ledger = dict[str, list[list[Any]]]  # replica -> [[instance key, lines], ...] in order
@@ -38,6 +54,7 @@ EmitPartial = Callable[[LogLine], None]
 # How often at most a replica's unfinished line is passed on (as the local engine records it).
 PARTIAL_INTERVAL = 0.25
 _LEDGER_RETRIES = 8
+ANCHOR_FLUSH_SECONDS = 5.0  # a job's new anchors are written together, at most this often
 RECONNECT_SECONDS = (0.05, 1.0)  # a log stream that ended early: first wait, longest wait
 # Bytes before a line's text read with timestamps=True: "2024-01-02T03:04:05.123456789Z ".
 TIMESTAMP_ROOM = 64
@@ -174,11 +191,19 @@ def current_instance(replica: str, pod: dict[str, Any], container: str) -> Insta
 
 
 class LedgerStore:
-    """The job ConfigMap's ledger annotation, read and appended with optimistic concurrency."""
+    """The job ConfigMap's ledger and anchors (anchors.py), read and written with optimistic
+    concurrency. Anchors a follower leaves are seen at once in this process and written at
+    most every ANCHOR_FLUSH_SECONDS, all of a job's replicas in one request."""
 
-    def __init__(self, api: KubeApi, namespace: str, name: str) -> None:
+    def __init__(
+        self, api: KubeApi, namespace: str, name: str, policy: AnchorPolicy | None = None
+    ) -> None:
         self.api, self.namespace, self.name = api, namespace, name
+        self.policy = policy or AnchorPolicy()
         self.ledger: Ledger = {}
+        self.anchors: AnchorBook = {}
+        self._unwritten: dict[tuple[str, str], list[Anchor]] = {}
+        self._flush: asyncio.Task[None] | None = None
 
     async def load(self) -> Ledger:
         try:
@@ -187,34 +212,96 @@ class LedgerStore:
             )
         except NotFound:
             configmap = {}
-        self.ledger = read_ledger(configmap)
+        self._take(configmap)
         return self.ledger
+
+    def _take(self, configmap: dict[str, Any]) -> None:
+        self.ledger = read_ledger(configmap)
+        annotations = configmap.get("metadata", {}).get("annotations") or {}
+        self.anchors = read_book(annotations.get(ANCHORS_ANNOTATION))
+        for (replica, key), anchors in self._unwritten.items():
+            add_to_book(self.anchors, replica, key, anchors)
+
+    def anchors_of(self, replica: str, key: str) -> list[Anchor]:
+        return self.anchors.get(replica, {}).get(key, [])
 
     async def record(self, replica: str, key: str, lines: int) -> None:
         """Append `[key, lines]` for `replica` unless it is there already."""
+
+        def change(annotations: dict[str, str]) -> bool:
+            ledger = read_ledger({"metadata": {"annotations": annotations}})
+            if recorded_lines(ledger, replica, key) is not None:
+                return False
+            ledger.setdefault(replica, []).append([key, lines])
+            annotations[LEDGER_ANNOTATION] = json.dumps(ledger, separators=(",", ":"))
+            return True
+
+        await self._update(change, "record the log ledger")
+
+    def leave_anchor(self, replica: str, key: str, anchor: Anchor) -> None:
+        """Keep `anchor` (seen here at once) and write it soon."""
+        add_to_book(self.anchors, replica, key, [anchor])
+        self._unwritten.setdefault((replica, key), []).append(anchor)
+        if self._flush is None:
+            self._flush = asyncio.create_task(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(ANCHOR_FLUSH_SECONDS)
+        self._flush = None
+        await self.write_anchors()
+
+    async def write_anchors(self) -> None:
+        unwritten, self._unwritten = self._unwritten, {}
+        if not unwritten:
+            return
+
+        def change(annotations: dict[str, str]) -> bool:
+            book = read_book(annotations.get(ANCHORS_ANNOTATION))
+            for (replica, key), anchors in unwritten.items():
+                add_to_book(book, replica, key, anchors)
+            annotations[ANCHORS_ANNOTATION] = write_book(book)
+            return True
+
+        with contextlib.suppress(DistrunError):
+            await self._update(change, "record log anchors")
+
+    async def claim(self, replica: str, key: str, seen: list[Anchor], claim: Anchor) -> None:
+        """Add `claim` to the instance's anchors unless they changed from `seen` (then another
+        reader anchored or claimed first: load again and use theirs)."""
+
+        def change(annotations: dict[str, str]) -> bool:
+            book = read_book(annotations.get(ANCHORS_ANNOTATION))
+            if book.get(replica, {}).get(key, []) != seen:
+                return False
+            add_to_book(book, replica, key, [claim])
+            annotations[ANCHORS_ANNOTATION] = write_book(book)
+            return True
+
+        await self._update(change, "claim a rotated log file")
+
+    async def close(self) -> None:
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        await self.write_anchors()
+
+    async def _update(self, change: Callable[[dict[str, str]], bool], what: str) -> None:
+        """Apply `change` to the ConfigMap's annotations (False: nothing to write), again on a
+        concurrent write; then hold what the API server has."""
         for _ in range(_LEDGER_RETRIES):
             try:
-                configmap = await self.api.get(
-                    CONFIGMAPS, self.namespace, self.name, "read the log ledger"
-                )
+                configmap = await self.api.get(CONFIGMAPS, self.namespace, self.name, what)
             except NotFound:
                 return  # the job is being deleted: nobody will ask for seqs any more
-            ledger = read_ledger(configmap)
-            if recorded_lines(ledger, replica, key) is not None:
-                self.ledger = ledger
-                return
-            ledger.setdefault(replica, []).append([key, lines])
             annotations = configmap["metadata"].setdefault("annotations", {})
-            annotations[LEDGER_ANNOTATION] = json.dumps(ledger, separators=(",", ":"))
-            try:  # carries metadata.resourceVersion: a concurrent writer makes this a 409
-                await self.api.replace(
-                    CONFIGMAPS, self.namespace, self.name, configmap, "record the log ledger"
-                )
-            except Conflict:
-                continue
-            except NotFound:
-                return
-            self.ledger = ledger
+            if change(annotations):
+                try:  # carries metadata.resourceVersion: a concurrent writer makes this a 409
+                    await self.api.replace(CONFIGMAPS, self.namespace, self.name, configmap, what)
+                except Conflict:
+                    continue
+                except NotFound:
+                    return
+            self._take(configmap)
             return
 
 
@@ -227,6 +314,84 @@ class LogContext:
     namespace: str
     ledger: LedgerStore
     max_line_bytes: int
+
+    @property
+    def max_line(self) -> int:
+        """Bytes of a line as read (with its timestamp) that are kept."""
+        return self.max_line_bytes + TIMESTAMP_ROOM
+
+
+class Unanchored(Exception):
+    """Where the instance's current log file starts in its log is not known (anchors.py)."""
+
+    def __init__(self, first_key: LineKey | None) -> None:
+        super().__init__("the log file holds no anchor")
+        self.first_key = first_key  # its first line's, None when it has none yet
+
+
+@dataclass
+class _Restart(Exception):
+    start: int  # read again from the start: the file's first line has this index
+
+
+Visit = Callable[[int, bytes], Awaitable[None]]
+
+
+class _Numbering:
+    """Gives the lines of one read of a log file, from its start, their index in the
+    instance's log: at once when where the file starts is known, else once its first anchor
+    is read (holding the lines before it, at most the anchor policy's `scan_bytes`)."""
+
+    def __init__(self, ctx: LogContext, instance: Instance, start: int | None) -> None:
+        self.scan = FileScan(ctx.ledger.anchors_of(instance.replica, instance.key))
+        if start is not None:
+            self.scan.start = start
+        self.known = recorded_lines(ctx.ledger.ledger, instance.replica, instance.key)
+        self.limit = ctx.ledger.policy.scan_bytes
+        self.held: list[bytes] = []
+        self.dropped = False
+        self.next: int | None = None  # the next line's index, once the start is known
+
+    async def add(self, raw: bytes, visit: Visit) -> None:
+        if self.next is None:
+            if not self.scan.see(raw):
+                self._hold(raw)
+                return
+            assert self.scan.start is not None
+            if self.dropped:
+                raise _Restart(self.scan.start)
+            self.next = self.scan.start
+            await self._flush(visit)
+        await visit(self.next, raw)
+        self.next += 1
+
+    def _hold(self, raw: bytes) -> None:
+        if not self.dropped:
+            self.held.append(raw)
+            if self.scan.bytes > self.limit:
+                self.dropped, self.held = True, []
+
+    async def _flush(self, visit: Visit) -> None:
+        assert self.next is not None
+        for raw in self.held:
+            await visit(self.next, raw)
+            self.next += 1
+        self.held = []
+
+    async def end(self, visit: Visit) -> int:
+        """The instance's line count to the file's end. A file without an anchor of an
+        instance whose count is recorded holds its last lines."""
+        if self.next is None and self.scan.start is None and self.known is not None:
+            start = self.known - self.scan.lines
+            if self.dropped:
+                raise _Restart(start)
+            self.next = start
+            await self._flush(visit)
+        if self.next is None:
+            if self.scan.start is None:
+                raise Unanchored(self.scan.first_key)
+            self.next = self.scan.start  # an empty file
+        return self.next
 
 
 async def read_instance_log(ctx: LogContext, instance: Instance, previous: bool) -> bytes:
@@ -255,43 +420,73 @@ async def each_line(
     instance: Instance,
     previous: bool,
     ended: bool,
-    visit: Callable[[int, bytes], Awaitable[None]],
+    visit: Visit,
+    start: int | None = None,
 ) -> int | None:
-    """Calls `visit(index, raw line)` for every line of an instance's log as the log arrives
-    (however long the log, it is never held whole) and returns how many lines it has; None
-    when the log could not be read (the kubelet no longer has it, or the read broke off).
-    Until the instance `ended`, the text after its last newline is no line yet."""
-    count = 0
-    max_line = ctx.max_line_bytes + TIMESTAMP_ROOM
+    """Calls `visit(index, raw line)` for every line of the instance's current log file, with
+    the line's index in the instance's log, as the log arrives (however long the log, it is
+    never held whole), and returns the instance's line count to the file's end; None when the
+    log could not be read (the kubelet no longer has it, or the read broke off). Raises
+    Unanchored when where the file starts is not known. Until the instance `ended`, the text
+    after its last newline is no line yet."""
+    numbering = _Numbering(ctx, instance, start)
     try:
         async with ctx.api.stream_log(
             ctx.namespace, instance.pod, instance.container, follow=False, previous=previous
         ) as response:
-            lines = StreamedLines(response, max_line)
+            lines = StreamedLines(response, ctx.max_line)
             async for raw in lines:
-                await visit(count, raw)
-                count += 1
+                await numbering.add(raw, visit)
             last = lines.unfinished()
+        if ended and last:  # the instance's last line, without a newline
+            await numbering.add(last[: ctx.max_line], visit)
+        return await numbering.end(visit)
+    except _Restart as restart:
+        return await each_line(ctx, instance, previous, ended, visit, restart.start)
     except (DistrunError, aiohttp.ClientError, OSError, TimeoutError):
         return None
-    if ended and last:  # the instance's last line, without a newline
-        await visit(count, last[:max_line])
-        count += 1
-    return count
+
+
+class _Found(Exception):
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+async def file_start(ctx: LogContext, instance: Instance, previous: bool, ended: bool) -> int:
+    """The index of the current log file's first line in the instance's log: 0 without
+    anchors (no request), else found by reading the file up to its first anchor. Raises
+    Unanchored, and DistrunError when the log cannot be read."""
+    if not ctx.ledger.anchors_of(instance.replica, instance.key):
+        return 0
+
+    async def first(index: int, raw: bytes) -> None:
+        raise _Found(index)
+
+    try:
+        count = await each_line(ctx, instance, previous, ended, first)
+    except _Found as found:
+        return found.index
+    if count is None:
+        raise DistrunError(f"cannot read the log of pod {instance.pod}")
+    return count  # an empty file starts where the log is
 
 
 async def read_window(
     ctx: LogContext, instance: Instance, previous: bool, ended: bool, skip: int, keep: int
-) -> tuple[list[bytes], int | None]:
-    """Lines `skip` to `skip + keep` of an instance's log, and how many lines it has (None:
-    unreadable); only the window is held."""
-    kept: list[bytes] = []
+) -> tuple[list[tuple[int, bytes]], int | None]:
+    """The first `keep` lines from index `skip` still in an instance's log, with their
+    indexes, and how many lines it has (None: unreadable, or not yet anchored after a
+    rotation); only the window is held."""
+    kept: list[tuple[int, bytes]] = []
 
     async def take(index: int, raw: bytes) -> None:
-        if skip <= index < skip + keep:
-            kept.append(raw)
+        if index >= skip and len(kept) < keep:
+            kept.append((index, raw))
 
-    count = await each_line(ctx, instance, previous, ended, take)
+    try:
+        count = await each_line(ctx, instance, previous, ended, take)
+    except Unanchored:
+        return [], None
     return (kept, count) if count is not None else ([], None)
 
 
@@ -316,26 +511,36 @@ async def read_replica(
         keep = limit - len(lines)
         if known is not None:
             keep = min(keep, known - skip)
-        raw, count = await read_window(ctx, inst, is_previous, ended, skip, keep)
+        window, count = await read_window(ctx, inst, is_previous, ended, skip, keep)
         if known is None and inst.ended and count is not None:
             await ctx.ledger.record(inst.replica, inst.key, count)
-        lines += to_lines(ctx, inst.replica, raw, first + skip, since)
+        for index, raw in window:
+            when, text = parse_line(raw, ctx.max_line_bytes)
+            lines.append(LogLine(inst.replica, first + index, when, text))
     return lines
 
 
 async def read_unfinished(ctx: LogContext, instance: Instance) -> LogLine | None:
-    """The line a running instance is writing, with the seq it will have; None if none."""
+    """The line a running instance is writing, with the seq it will have; None if none (or
+    where its log file starts is not known yet)."""
     if not instance.started or instance.ended:
         return None
     data = await read_instance_log(ctx, instance, previous=False)
     tail = unfinished_line(data)
     if not tail:
         return None
-    when, text = parse_unfinished(tail[: ctx.max_line_bytes + TIMESTAMP_ROOM])
+    when, text = parse_unfinished(tail[: ctx.max_line])
     if not text:
         return None
-    seq = base_seq(ctx.ledger.ledger, instance.replica, instance.key)
-    return LogLine(instance.replica, seq + len(split_log(data, ended=False)), when, text)
+    finished = split_log(data, ended=False)
+    scan = FileScan(ctx.ledger.anchors_of(instance.replica, instance.key))
+    for raw in finished:
+        if scan.see(raw[: ctx.max_line]):
+            break
+    if scan.start is None:
+        return None
+    seq = base_seq(ctx.ledger.ledger, instance.replica, instance.key) + scan.start
+    return LogLine(instance.replica, seq + len(finished), when, text)
 
 
 class ReplicaFollower:
@@ -350,11 +555,15 @@ class ReplicaFollower:
         since: int,
         emit: Emit,
         emit_partial: EmitPartial | None = None,
+        anchoring: bool = False,
     ):
+        """`anchoring`: this follower leaves the anchors that late readers number by (one
+        follower of a replica in a process does)."""
         self.ctx, self.replica, self.container = ctx, replica, container
         self.since = since
         self.emit = emit
         self.emit_partial = emit_partial
+        self.anchoring = anchoring
         self._read = 0  # finished lines of the followed instance read on this connection
         self._unfinished: tuple[StreamedLines, int] | None = None  # its lines, first seq
         self._partial_timer: asyncio.TimerHandle | None = None
@@ -364,7 +573,8 @@ class ReplicaFollower:
         self.finishing = False  # the job is over: read what is there and stop
         self._changed = asyncio.Event()
         self._done: set[str] = set()
-        self._seen = 0
+        self._seen = 0  # index in the followed instance's log of the next line to send
+        self._unanchored_since: float | None = None  # loop time
 
     def update(self, pod: dict[str, Any] | None) -> None:
         self.pod = pod
@@ -415,7 +625,12 @@ class ReplicaFollower:
             if known is None or index < known:
                 await self._emit_raw([raw], first + index)
 
-        count = await each_line(self.ctx, instance, is_previous, True, emit)
+        try:
+            count = await each_line(self.ctx, instance, is_previous, True, emit)
+        except Unanchored as unanchored:  # it ended: no follower will anchor it now
+            if not await self._claim(instance, unanchored):
+                return
+            count = await each_line(self.ctx, instance, is_previous, True, emit)
         if known is None and count is not None:
             await self.ctx.ledger.record(self.replica, instance.key, count)
 
@@ -429,10 +644,13 @@ class ReplicaFollower:
         if recorded_lines(ledger, self.replica, instance.key) is not None:
             await self._catch_up(instance, is_previous=False)  # ended and counted already
             return
-        self._seen = 0  # lines of this instance sent or skipped (before `since`) so far
+        self._seen = 0
         retry = RECONNECT_SECONDS[0]
         while not self._over(instance):
-            stream = asyncio.ensure_future(self._stream(instance, first))
+            start = await self._file_start(instance)
+            if start is None:
+                break
+            stream = asyncio.ensure_future(self._stream(instance, first, start))
             changed = asyncio.ensure_future(self._changed.wait())
             try:
                 await asyncio.wait({stream, changed}, return_when=asyncio.FIRST_COMPLETED)
@@ -449,21 +667,66 @@ class ReplicaFollower:
                 retry = RECONNECT_SECONDS[0] if self._read else min(2 * retry, longest)
         await self._finish_instance(instance, first)
 
-    async def _stream(self, instance: Instance, first: int) -> None:
-        """Follow the live log, sending the lines after the first `self._seen`, and the line
-        being written as it changes."""
-        skip, self._read = self._seen, 0
+    async def _file_start(self, instance: Instance) -> int | None:
+        """Where the instance's current log file starts (anchors.py), waiting for an anchor
+        after a rotation, then claiming the file; None when the instance is over first."""
+        while not self._over(instance):
+            try:
+                start = await file_start(self.ctx, instance, False, False)
+            except DistrunError:
+                return 0  # unreadable yet: the stream says when it can be read
+            except Unanchored as unanchored:
+                if not await self._claim(instance, unanchored, wait=True):
+                    await self._wait_change(timeout=1.0)
+                await self.ctx.ledger.load()
+                continue
+            self._unanchored_since = None
+            return start
+        return None
+
+    async def _claim(self, instance: Instance, unanchored: Unanchored, wait: bool = False) -> bool:
+        """Claims the instance's current log file (anchors.py) when it has a line and, with
+        `wait`, no follower has anchored it for the policy's `claim_after`; True if claimed
+        (by this reader or another)."""
+        if unanchored.first_key is None:
+            return False
+        now = asyncio.get_running_loop().time()
+        if self._unanchored_since is None:
+            self._unanchored_since = now
+        policy = self.ctx.ledger.policy
+        if wait and now - self._unanchored_since < policy.claim_after:
+            return False
+        seen = self.ctx.ledger.anchors_of(self.replica, instance.key)
+        index = newest_index(seen) + 1 + policy.claim_gap
+        claim = Anchor(index, unanchored.first_key, claimed=True)
+        await self.ctx.ledger.claim(self.replica, instance.key, seen, claim)
+        log.warning(
+            "the log of %s was rotated while nobody followed it: its lines are numbered from %d on",
+            instance.pod,
+            index,
+        )
+        return True
+
+    async def _stream(self, instance: Instance, first: int, start: int) -> None:
+        """Follow the live log, whose file starts at index `start`, sending the lines from
+        index `self._seen` on, and the line being written as it changes."""
+        self._read = 0
         api, namespace = self.ctx.api, self.ctx.namespace
+        placer = AnchorPlacer(self.ctx.ledger.policy, start) if self.anchoring else None
+        loop = asyncio.get_running_loop()
         try:
             async with api.stream_log(namespace, instance.pod, self.container) as response:
-                max_line = self.ctx.max_line_bytes + TIMESTAMP_ROOM
-                lines = StreamedLines(response, max_line, self._unfinished_changed)
-                self._unfinished = (lines, first)
+                lines = StreamedLines(response, self.ctx.max_line, self._unfinished_changed)
+                self._unfinished = (lines, first + start)
                 async for raw in lines:
-                    if self._read >= skip:
-                        await self._emit_raw([raw], first + self._read)
-                        self._seen = self._read + 1
+                    index = start + self._read
+                    if index >= self._seen:
+                        await self._emit_raw([raw], first + index)
+                        self._seen = index + 1
                     self._read += 1
+                    anchor = placer.read(raw, loop.time()) if placer else None
+                    if anchor is not None:
+                        self.ctx.ledger.leave_anchor(self.replica, instance.key, anchor)
         except (aiohttp.ClientError, OSError, TimeoutError):
             return  # the connection broke: the caller reconnects or finishes from a full read
         finally:
@@ -523,27 +786,20 @@ class ReplicaFollower:
         self, instance: Instance, first: int, previous: bool, ended: bool
     ) -> int | None:
         """Reads the instance's whole log as it arrives (a slow consumer holds the socket
-        back, not the log in memory), sending the lines after the first `self._seen`; the
-        count of its lines, or None when the read broke off (the count is then unknown)."""
-        count = 0
-        api, namespace = self.ctx.api, self.ctx.namespace
-        max_line = self.ctx.max_line_bytes + TIMESTAMP_ROOM
+        back, not the log in memory), sending the lines from index `self._seen` on; the count
+        of its lines, or None when the read broke off (the count is then unknown)."""
+
+        async def emit(index: int, raw: bytes) -> None:
+            if index >= self._seen:
+                await self._emit_raw([raw], first + index)
+                self._seen = index + 1
+
         try:
-            async with api.stream_log(
-                namespace, instance.pod, self.container, follow=False, previous=previous
-            ) as response:
-                lines = StreamedLines(response, max_line)
-                async for raw in lines:
-                    if count >= self._seen:
-                        await self._emit_raw([raw], first + count)
-                    count += 1
-                last = lines.unfinished()
-        except (DistrunError, aiohttp.ClientError, OSError, TimeoutError):
+            count = await each_line(self.ctx, instance, previous, ended, emit)
+        except Unanchored:
             return None
-        if ended and last:  # the instance's last line, without a newline
-            if count >= self._seen:
-                await self._emit_raw([last[:max_line]], first + count)
-            count += 1
+        if count is None:
+            return None
         self._seen = max(self._seen, count)
         return self._seen
 
