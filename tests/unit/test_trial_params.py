@@ -33,8 +33,8 @@ def test_params_env_holds_the_object_and_each_parameter() -> None:
 
 def test_alone_a_cell_gets_its_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(PARAMS_ENV, raising=False)
-    assert distrun.params(lr=0.01, batch=32) == {"lr": 0.01, "batch": 32}  # type: ignore[operator]
-    assert distrun.params() == {}  # type: ignore[operator]
+    assert distrun.params(lr=0.01, batch=32) == {"lr": 0.01, "batch": 32}
+    assert distrun.params() == {}
 
 
 def test_a_trial_gets_its_parameters_cast_to_the_defaults_types(
@@ -43,7 +43,7 @@ def test_a_trial_gets_its_parameters_cast_to_the_defaults_types(
     monkeypatch.setenv(
         PARAMS_ENV, params_env({"lr": 1, "batch": 64.0, "opt": "sgd", "x": 3})[PARAMS_ENV]
     )
-    got = distrun.params(lr=0.01, batch=32, opt="adam", shuffle=True)  # type: ignore[operator]
+    got = distrun.params(lr=0.01, batch=32, opt="adam", shuffle=True)
     assert got == {"lr": 1.0, "batch": 64, "opt": "sgd", "shuffle": True, "x": 3}
     assert type(got["lr"]) is float and type(got["batch"]) is int
 
@@ -67,7 +67,7 @@ def test_casts(
     monkeypatch: pytest.MonkeyPatch, default: object, chosen: object, cast: object
 ) -> None:
     monkeypatch.setenv(PARAMS_ENV, json.dumps({"p": chosen}))
-    got = distrun.params(p=default)["p"]  # type: ignore[operator]
+    got = distrun.params(p=default)["p"]
     assert got == cast and type(got) is type(cast)
 
 
@@ -79,14 +79,14 @@ def test_a_value_the_default_cannot_take_is_an_error(
 ) -> None:
     monkeypatch.setenv(PARAMS_ENV, json.dumps({"p": chosen}))
     with pytest.raises(ValueError, match="^parameter 'p' is"):
-        distrun.params(p=default)  # type: ignore[operator]
+        distrun.params(p=default)
 
 
 @pytest.mark.parametrize("raw", ["[1]", "{", "3"])
 def test_a_malformed_environment_is_an_error(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
     monkeypatch.setenv(PARAMS_ENV, raw)
     with pytest.raises(ValueError, match="DISTRUN_PARAMS is not a JSON object"):
-        distrun.params(p=1)  # type: ignore[operator]
+        distrun.params(p=1)
 
 
 def test_distrun_params_imports_only_the_standard_library() -> None:

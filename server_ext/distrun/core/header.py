@@ -301,9 +301,9 @@ def _unknown_key(raw_key: str, line: int) -> SpecError:
         )
     plain = [k for k in _KNOWN_KEYS if "." not in k]
     return SpecError(
-        f"unknown setting {raw_key!r}; the settings are {', '.join(plain)} and "
-        "<role>.cpu/.memory/.gpu/.gpuMemory, sweep.<parameter> (a line like %env X=1, without '=' after the name, is an "
-        "IPython magic and ends the header)",
+        f"unknown setting {raw_key!r}; the settings are {', '.join(plain)}, "
+        "<role>.cpu/.memory/.gpu/.gpuMemory and sweep.<parameter> (a line like %env X=1, "
+        "without '=' after the name, is an IPython magic and ends the header)",
         line=line,
     )
 
@@ -467,7 +467,7 @@ def _read_setting_line(header: _Header, raw_key: str, value: str, line: int) -> 
 
 
 def _sweep_key(raw_key: str, line: int) -> str | None:
-    """ "sweep.<name>" or a sweep setting's key; None for any other key."""
+    """The key of a sweep parameter ("sweep.lr") or setting ("trials"), else None."""
     prefix, dot, name = raw_key.partition(".")
     if _norm(prefix) != "sweep":
         return None if dot else _SWEEP_BY_NORM.get(_norm(raw_key))
