@@ -58,6 +58,18 @@ KEYS = st.sampled_from(
         "worker.disk",
         "x.y.z",
         "config",
+        "sweep.lr",
+        "sweep.LR",
+        "sweep",
+        "sweep.a-b",
+        "search",
+        "trials",
+        "trails",
+        "parallel",
+        "objective",
+        "earlyStop",
+        "early_stop",
+        "seed",
     ]
 )
 VALUES = st.sampled_from(
@@ -101,6 +113,21 @@ VALUES = st.sampled_from(
         "=",
         "²",
         "1e3",
+        "uniform(0,1)",
+        "loguniform(0,1)",
+        "int(1,3)",
+        "choice(a,b)",
+        "normal(0,1)",
+        "uniform(1",
+        "0.1,0.01",
+        "1e999",
+        "random",
+        "grid",
+        "loss:min",
+        "acc:max:best",
+        "step:min",
+        "median:3",
+        "median:3:0",
     ]
 )
 FLAGS = st.sampled_from(
@@ -124,6 +151,13 @@ FLAGS = st.sampled_from(
         "--restart-policy",
         "-x",
         "--",
+        "--sweep",
+        "--search",
+        "--trials",
+        "--parallel",
+        "--objective",
+        "--early-stop",
+        "--seed",
     ]
 )
 NOISE = st.text(max_size=4)
@@ -131,7 +165,11 @@ SPACE = st.sampled_from(["", " ", "\t"])
 SETTING_LINE = st.tuples(
     SPACE, st.just("%"), KEYS | NOISE, SPACE, st.sampled_from(["=", ""]), SPACE, VALUES | NOISE
 ).map("".join)
-FLAG_VALUE = VALUES | NOISE | st.sampled_from(["'pytorch", "'a b'", '"x"', "worker:cpu=2,gpu=1"])
+FLAG_VALUE = (
+    VALUES
+    | NOISE
+    | st.sampled_from(["'pytorch", "'a b'", '"x"', "worker:cpu=2,gpu=1", "lr=int(1,4)"])
+)
 MAGIC_LINE = st.lists(st.tuples(FLAGS, FLAG_VALUE).map(" ".join), max_size=5).map(
     lambda flags: " ".join(["%%distrun", *flags])
 )

@@ -3,6 +3,8 @@
  * `'loss': 0.31`, `step 120`, `Epoch [3/10]`, Keras' `- loss: 0.2950 - accuracy: 0.9148`,
  * Lightning's `[..., loss=0.123, v_num=0]`, tqdm's postfix `[00:01<00:09, loss=0.3]`, read from
  * the text as shown (colours and carriage returns applied). Pure functions, no DOM.
+ * server_ext/distrun/core/metrics.py is its Python twin (a sweep's objective): both pass the
+ * cases of __tests__/metric_lines.json, so change them together.
  *
  * The rules, so that timestamps, addresses, paths and versions are not metrics:
  * - A metric is a key and a number. The key is an identifier (letters, digits, `_`, and `/`

@@ -22,6 +22,14 @@ The exact rules:
   ``%%time`` and ``!pip list``. (ciao silently dropped every ``%`` line; we drop none of them.)
 - ``%%distrun`` is recognised only as the first non-blank line, like any IPython cell magic.
 - Header lines become empty lines in the code, so line numbers in tracebacks match the cell.
+
+A header may declare a parameter sweep (core/sweep.py: N trials, each this job with other
+parameters): ``%sweep.lr=loguniform(1e-4,1e-1)``, ``%sweep.batch=32,64,128`` (a list: a grid's
+values, or a random search's choices), ``%sweep.opt=choice(adam,sgd)``, then ``%search=random``,
+``%trials=6``, ``%parallel=2``, ``%objective=loss:min`` (or ``accuracy:max:best``),
+``%earlyStop=median:3`` and ``%seed=7``; as flags ``--sweep lr=loguniform(1e-4,1e-1)``
+(repeated per parameter), ``--search``, ``--trials``, ``--parallel``, ``--objective``,
+``--early-stop``, ``--seed``. The sweep is `ParsedCell.sweep`; it stays out of the JobSpec.
 """
 
 import argparse
@@ -52,6 +60,22 @@ from distrun.core.spec import (
     check_relative_path,
     default_roles,
 )
+from distrun.core.sweep import (
+    DEFAULT_PARALLEL,
+    PARAM_NAME_RE,
+    SEARCHES,
+    Example,
+    Param,
+    SweepSpec,
+    default_search,
+    format_early_stop,
+    format_objective,
+    format_space,
+    parse_early_stop,
+    parse_objective,
+    parse_space,
+)
+from distrun.core.sweep import check as check_sweep
 
 # A guard against pathological input, far above any payload limit an operator would set; the
 # configured payload limit is enforced by `spec_from_cell`.
@@ -84,6 +108,7 @@ class ParsedCell:
     file_refs: list[str]  # working-directory files named by the header, for the caller to ship
     # Where each field came from: "name", "roles.worker", "roles.worker.cpu" -> 1-based line.
     field_lines: dict[str, int] = field(default_factory=dict)
+    sweep: SweepSpec | None = None  # checked; its trials run this spec with other parameters
 
 
 class _BadValue(Exception):
@@ -116,6 +141,14 @@ def _gpu(raw: str) -> int | float | str:
                 "share of one below 1"
             ) from None
         raise _BadValue(f"is not {GPU_WRITE}") from None
+
+
+def _seed(raw: str) -> int:
+    if not _WHOLE_NUMBER.fullmatch(raw):
+        raise _BadValue("is not a whole number")
+    if len(raw) > 19:  # the sweep's rules hold it below 2**63
+        raise _BadValue("is far too large")
+    return int(raw)
 
 
 def _duration(raw: str) -> int:
@@ -207,6 +240,10 @@ def _norm(key: str) -> str:
     return key.lower().replace("_", "").replace("-", "")
 
 
+# The sweep's settings besides its parameters (%sweep.<name>=), each with its flag.
+SWEEP_SETTINGS = ("search", "trials", "parallel", "objective", "earlyStop", "seed")
+_SWEEP_BY_NORM = {_norm(key): key for key in SWEEP_SETTINGS}
+
 _BY_NORM: dict[str, str] = {
     **{_norm(k): k for k in (*_SCALARS, *_RESOURCES, *ROLE_NAMES, "env", "files")},
     **_ALIASES,
@@ -251,6 +288,7 @@ _KNOWN_KEYS: tuple[str, ...] = (
     *(f"{role}.{res}" for role in ROLE_NAMES for res in _RESOURCES),
     "env",
     "files",
+    *SWEEP_SETTINGS,
 )
 
 
@@ -263,9 +301,9 @@ def _unknown_key(raw_key: str, line: int) -> SpecError:
         )
     plain = [k for k in _KNOWN_KEYS if "." not in k]
     return SpecError(
-        f"unknown setting {raw_key!r}; the settings are {', '.join(plain)} and "
-        "<role>.cpu/.memory/.gpu/.gpuMemory (a line like %env X=1, without '=' after the name, is an "
-        "IPython magic and ends the header)",
+        f"unknown setting {raw_key!r}; the settings are {', '.join(plain)}, "
+        "<role>.cpu/.memory/.gpu/.gpuMemory and sweep.<parameter> (a line like %env X=1, "
+        "without '=' after the name, is an IPython magic and ends the header)",
         line=line,
     )
 
@@ -302,6 +340,12 @@ class _Header:
     field_lines: dict[str, int] = field(default_factory=dict)
     role_lines: dict[str, int] = field(default_factory=dict)  # role named anywhere -> first line
     resource_lines: dict[str | None, dict[str, int]] = field(default_factory=dict)
+    # "sweep.lr", "trials", ... -> the text and where it was written, read at the end.
+    sweep: dict[str, tuple[str, _Source]] = field(default_factory=dict)
+
+    def set_sweep(self, key: str, raw: str, src: _Source) -> None:
+        self.claim(key, key, src.line)
+        self.sweep[key] = (raw, src)
 
     def claim(self, identity: str, what: str, line: int) -> None:
         if identity in self.seen:
@@ -389,6 +433,11 @@ def _convert(label: str, raw: str, setting: _Setting, src: _Source) -> Any:
 
 
 def _read_setting_line(header: _Header, raw_key: str, value: str, line: int) -> None:
+    sweep_key = _sweep_key(raw_key, line)
+    if sweep_key is not None:
+        src = _Source(line, f"%{sweep_key}", from_flag=False)
+        header.set_sweep(sweep_key, value.strip(" \t"), src)
+        return
     key = _resolve(raw_key)
     if key is None:
         raise _unknown_key(raw_key, line)
@@ -415,6 +464,26 @@ def _read_setting_line(header: _Header, raw_key: str, value: str, line: int) -> 
             match.group(2).strip(" \t"),
             _Source(line, f"%{key.name}.{resource}", from_flag=False),
         )
+
+
+def _sweep_key(raw_key: str, line: int) -> str | None:
+    """The key of a sweep parameter ("sweep.lr") or setting ("trials"), else None."""
+    prefix, dot, name = raw_key.partition(".")
+    if _norm(prefix) != "sweep":
+        return None if dot else _SWEEP_BY_NORM.get(_norm(raw_key))
+    if not dot:
+        raise SpecError("name the swept parameter, like %sweep.lr=0.1,0.01", line=line)
+    return f"sweep.{_param_name(name, line)}"
+
+
+def _param_name(name: str, line: int) -> str:
+    if not PARAM_NAME_RE.fullmatch(name):
+        raise SpecError(
+            f"sweep parameter {name!r} is not a name of letters, digits and _ (starting with a "
+            "letter or _, at most 64), like lr or batch_size",
+            line=line,
+        )
+    return name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -456,7 +525,16 @@ def _flag_names(key: str) -> list[str]:
     return names + ([f"--{key}s"] if key in ("cpu", "gpu") else [])
 
 
-_FLAG_KEYS = (*_SCALARS, *ROLE_NAMES, *_RESOURCES, "env", "files", "roleResources")
+_FLAG_KEYS = (
+    *_SCALARS,
+    *ROLE_NAMES,
+    *_RESOURCES,
+    "env",
+    "files",
+    "roleResources",
+    "sweep",
+    *SWEEP_SETTINGS,
+)
 _FLAGS: tuple[str, ...] = tuple(name for key in _FLAG_KEYS for name in _flag_names(key))
 
 
@@ -487,6 +565,10 @@ def _read_magic_line(header: _Header, args: str, line: int) -> None:
     for key, flag, value in namespace.settings:
         if key == "roleResources":
             _read_role_resources(header, value, line)
+        elif key == "sweep":
+            _read_sweep_flag(header, value, _Source(line, flag, from_flag=True))
+        elif key in SWEEP_SETTINGS:
+            header.set_sweep(key, value, _Source(line, flag, from_flag=True))
         else:
             resolved = _resolve(key)
             assert resolved is not None, key
@@ -504,6 +586,18 @@ def _unexpected_token(token: str, line: int) -> SpecError:
         "like --workers 2 (quote values that contain spaces)",
         line=line,
     )
+
+
+def _read_sweep_flag(header: _Header, value: str, src: _Source) -> None:
+    name, eq, raw = value.partition("=")
+    if not eq:
+        raise SpecError(
+            f"--sweep {value!r} is not name=values; write --sweep lr=0.1,0.01 or "
+            "--sweep lr=loguniform(1e-4,1e-1)",
+            line=src.line,
+        )
+    name = _param_name(name.strip(" \t"), src.line)
+    header.set_sweep(f"sweep.{name}", raw.strip(" \t"), src)
 
 
 def _read_role_resources(header: _Header, value: str, line: int) -> None:
@@ -578,6 +672,7 @@ def _parse(cell: str, default_framework: str | None) -> ParsedCell:
         has_header=True,
         file_refs=list(header.files),
         field_lines=dict(header.field_lines),
+        sweep=_sweep(header),
     )
 
 
@@ -615,6 +710,63 @@ def _spec_fields(header: _Header, default_framework: str | None) -> dict[str, An
     if header.env:
         fields["env"] = dict(header.env)
     return fields
+
+
+def _sweep(header: _Header) -> SweepSpec | None:
+    if not header.sweep:
+        return None
+    example = _sweep_example(header)
+    try:
+        spec = _read_sweep(header, example)
+        check_sweep(spec, example)
+    except SpecError as err:
+        if err.line is not None:
+            raise
+        # A rule about the whole sweep ("sweep": it has no parameter) names its first line.
+        lines = {key: src.line for key, (_, src) in header.sweep.items()}
+        line = lines.get(err.field or "", min(lines.values()))
+        raise SpecError(str(err), line=line, field=err.field) from None
+    return spec
+
+
+def _read_sweep(header: _Header, example: Example) -> SweepSpec:
+    def setting(key: str, sample: str, convert: Callable[[str], Any]) -> Any:
+        if key not in header.sweep:
+            return None
+        raw, src = header.sweep[key]
+        return _convert(key, raw, _Setting(key, key, sample, convert), src)
+
+    params = tuple(
+        Param(key[len("sweep.") :], parse_space(key[len("sweep.") :], raw, example))
+        for key, (raw, _) in header.sweep.items()
+        if key.startswith("sweep.")
+    )
+    objective, stop = setting("objective", "loss:min", str), setting("earlyStop", "median:3", str)
+    parallel = setting("parallel", str(DEFAULT_PARALLEL), _count)
+    return SweepSpec(
+        params,
+        search=setting("search", "random", _choice(SEARCHES)) or default_search(params),
+        trials=setting("trials", "10", _count),
+        parallel=DEFAULT_PARALLEL if parallel is None else parallel,
+        objective=None if objective is None else parse_objective(objective, example),
+        early_stop=None if stop is None else parse_early_stop(stop, example),
+        seed=setting("seed", "7", _seed),
+    )
+
+
+def _sweep_example(header: _Header) -> Example:
+    """How the user would write a sweep setting: with a flag where they used flags."""
+    flags = {key: src.from_flag for key, (_, src) in header.sweep.items()}
+    first = next(iter(flags.values()))
+
+    def example(key: str, value: str) -> str:
+        if not flags.get(key, first):
+            return f"%{key}={value}"
+        if key.startswith("sweep."):
+            return f"--sweep {key[len('sweep.') :]}={value}"
+        return f"{_flag_names(key)[0]} {value}"
+
+    return example
 
 
 def _roles(header: _Header, framework: str) -> dict[str, Any]:
@@ -791,8 +943,11 @@ _RENDER_ORDER = (
 _SETTING_BY_FIELD = {s.field: s for s in _SCALARS.values()}
 
 
-def render_header(spec_fields: Mapping[str, Any], file_refs: Sequence[str] = ()) -> str:
-    """The header, in ciao's syntax, that `parse_cell` reads back as `spec_fields`/`file_refs`.
+def render_header(
+    spec_fields: Mapping[str, Any], file_refs: Sequence[str] = (), sweep: SweepSpec | None = None
+) -> str:
+    """The header, in ciao's syntax, that `parse_cell` reads back as `spec_fields`/`file_refs`
+    (and as `sweep`, given one).
 
     Every value is checked the way the parser checks it, so the text always parses back; a
     value a header cannot express (a line break in an env value) raises SpecError. An env value
@@ -823,6 +978,8 @@ def render_header(spec_fields: Mapping[str, Any], file_refs: Sequence[str] = ())
     files = [*file_refs, *shipped]
     if files:
         lines.append(f"%files={_render_files(files)}")
+    if sweep is not None:
+        lines += _render_sweep(sweep)
     if quoted_env:
         lines.insert(0, "%%distrun " + " ".join(quoted_env))
     return "".join(line + "\n" for line in lines)
@@ -887,6 +1044,21 @@ def _render_env(env: Any, quoted: list[str]) -> list[str]:
         else:
             lines.append(f"%env={name}={value}")
     return lines
+
+
+def _render_sweep(sweep: SweepSpec) -> list[str]:
+    check_sweep(sweep)
+    settings = {
+        "search": sweep.search,
+        "trials": sweep.trials,
+        "parallel": None if sweep.parallel == DEFAULT_PARALLEL else sweep.parallel,
+        "objective": None if sweep.objective is None else format_objective(sweep.objective),
+        "earlyStop": None if sweep.early_stop is None else format_early_stop(sweep.early_stop),
+        "seed": sweep.seed,
+    }
+    return [f"%sweep.{p.name}={format_space(p.space)}" for p in sweep.params] + [
+        f"%{key}={value}" for key, value in settings.items() if value is not None
+    ]
 
 
 def _render_files(paths: Sequence[str]) -> str:

@@ -4,6 +4,17 @@ import {
   parseMetrics,
   progressFraction
 } from '../metrics';
+import { plainText } from '../../common/ansi';
+
+/** A case of metric_lines.json, which core/metrics.py reads too, so the parsers cannot drift. */
+interface ISharedCase {
+  why: string;
+  line: string;
+  step: number | null;
+  metrics: Array<[string, number]>;
+}
+// Loaded by jest, not imported: tsc's project lists only the .ts sources.
+const sharedCases: ISharedCase[] = jest.requireActual('./metric_lines.json');
 
 function metricsOf(text: string): Record<string, number> {
   return Object.fromEntries(parseMetrics(text).metrics);
@@ -127,6 +138,15 @@ describe('parseMetrics reads the formats training code prints', () => {
     expect(parseMetrics('step 120 loss=0.31').metrics).toEqual([
       ['loss', 0.31]
     ]);
+  });
+});
+
+describe('the cases shared with the server (core/metrics.py)', () => {
+  it.each(sharedCases.map(c => [c.why, c] as const))('%s', (_why, c) => {
+    expect(parseMetrics(plainText(c.line))).toEqual({
+      step: c.step,
+      metrics: c.metrics
+    });
   });
 });
 
