@@ -20,6 +20,7 @@ from pathlib import Path
 import pyte
 import pytest
 
+from tests.cli_process import cli_env, run_distrun
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.integration
@@ -38,34 +39,13 @@ print("hello from", os.environ["DISTRUN_REPLICA"], flush=True)
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    """The environment of every child: our package, and jupyter dirs inside tmp_path."""
-    environ = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("DISTRUN_", "JUPYTER_")) and key != "NO_COLOR"
-    }
-    environ.update(
-        PYTHONPATH=os.pathsep.join(filter(None, [str(SERVER_EXT), os.environ.get("PYTHONPATH")])),
-        JUPYTER_DATA_DIR=str(tmp_path / "data"),  # the state dir is <data>/distrun on both sides
-        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-        PYTHONUNBUFFERED="1",
-    )
-    return environ
+    return cli_env(tmp_path)
 
 
 def distrun(
     env: dict[str, str], *args: str, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "distrun", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=WAIT * 2,
-        check=False,
-    )
+    return run_distrun(env, *args, cwd=cwd, timeout=WAIT * 2)
 
 
 def write(path: Path, text: str) -> str:

@@ -147,6 +147,19 @@ def test_jobs_table_has_aligned_columns_with_age_and_duration() -> None:
     assert table[1].index("running") == table[0].index("STATE")
 
 
+def test_a_sweeps_trials_are_listed_together_in_trial_order_with_their_sweep() -> None:
+    trials = [
+        job("succeeded", id=f"fit-t{n}-x", spec={"env": {"DISTRUN_SWEEP": f"sweep-a1/{n}"}})
+        for n in (1, 0)
+    ]
+    plain = job("running", id="plain-x")
+    table = jobs_table([trials[0], plain, trials[1]], now=1100.0).splitlines()
+    assert table[0].split()[-1] == "SWEEP"
+    assert [row.split()[0] for row in table[1:]] == ["fit-t0-x", "fit-t1-x", "plain-x"]
+    assert table[1].split()[-1] == "sweep-a1/0"
+    assert table[3].split()[-2:] == ["1m40s", "-"], "no sweep, no sweep cell"
+
+
 def test_job_details_show_every_replica_and_the_failing_lines() -> None:
     failed = job(
         "failed",

@@ -2,6 +2,7 @@
 
     distrun run train.py --framework pytorch --workers 2    # submit, stream every line, exit
     distrun submit cell.txt                                 # print the job id and return
+    distrun sweep sweep.py                                  # run its trials, print the results
     distrun logs JOB [-f] [--replica worker-0] [--tail N]
     distrun ls | cancel JOB | rm JOB | status JOB [--json]
 
@@ -26,6 +27,7 @@ from typing import Any
 from distrun.client.base import Client, read_files, spec_from_text
 from distrun.client.connect import client_from_env
 from distrun.client.console import (
+    EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_SUCCEEDED,
     EXIT_USAGE,
@@ -44,8 +46,10 @@ from distrun.client.console import (
     stream_job,
     use_color,
 )
+from distrun.client.sweep_runner import SweepRun, progress_line, results_table
 from distrun.core.errors import DistrunError, SpecError
 from distrun.core.gpus import GPU_FALLBACKS, GpuAmount, parse_gpu
+from distrun.core.header import parse_cell
 from distrun.core.spec import JobSpec, Limits
 from distrun.core.version import distrun_version
 from distrun.engines.local import capabilities
@@ -208,6 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("file", metavar="FILE", help="a .py file or a cell with a magic header")
         add_spec_flags(sub)
 
+    sweep = commands.add_parser(
+        "sweep", parents=[backend], help="run FILE's parameter sweep and print its results"
+    )
+    sweep.add_argument("file", metavar="FILE", help="a cell whose header declares %%sweep.<name>=")
+    add_spec_flags(sweep)
+
     logs = commands.add_parser("logs", parents=[backend], help="print a job's logs")
     logs.add_argument("job_id", metavar="JOB")
     logs.add_argument("-f", "--follow", action="store_true", help="keep following new lines")
@@ -357,6 +367,42 @@ async def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     return EXIT_SUCCEEDED
 
 
+async def cmd_sweep(client: Client, args: argparse.Namespace) -> int:
+    """Runs the file's sweep to its end (Ctrl-C cancels the trials still running); 1 when
+    every trial failed."""
+    text = _read_source(args.file)
+    sweep = parse_cell(text).sweep
+    if sweep is None:
+        raise SpecError(
+            f"{args.file} declares no sweep: add a line like %sweep.lr=0.1,0.01 to its header"
+        )
+    template = build_spec(text, args, await client.limits(), Path(args.file).resolve().parent)
+    shown: list[Any] = [None]
+
+    def show(run: SweepRun) -> None:  # when trials start or end, or another becomes the best
+        best = run.best()
+        moment = (run.counts(), best.number if best else None)
+        if moment != shown[-1]:
+            shown.append(moment)
+            _print(progress_line(run))
+
+    run = SweepRun(client, template, sweep, on_change=show)
+    _print(f"[distrun] sweep {run.id}: {len(run.trials)} trials, {sweep.parallel} at a time")
+    runner = asyncio.ensure_future(run.run())
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, runner.cancel)
+    try:
+        await runner
+    except asyncio.CancelledError:
+        _print(f"[distrun] interrupted: sweep {run.id}'s running trials cancelled")
+        return EXIT_INTERRUPTED
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+    _print(results_table(run))
+    failed = all(trial.state == "failed" for trial in run.trials)
+    return EXIT_FAILED if failed else EXIT_SUCCEEDED
+
+
 async def cmd_logs(client: Client, args: argparse.Namespace) -> int:
     job = await client.get_job(args.job_id)
     selected = args.replica or None
@@ -413,6 +459,7 @@ TOKEN_FLAG_WARNING = (
 COMMANDS = {
     "run": cmd_run,
     "submit": cmd_submit,
+    "sweep": cmd_sweep,
     "logs": cmd_logs,
     "ls": cmd_ls,
     "cancel": cmd_cancel,

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
 from distrun.client.base import Client, FollowEvent, LinesEvent, PartialEvent
+from distrun.client.sweep_runner import sweep_of
 from distrun.core.job import JobState
 from distrun.core.logs import LogLine
 from distrun.core.terminal import plain_text, visible_line
@@ -184,10 +185,12 @@ def format_duration(seconds: float) -> str:
 
 
 def jobs_table(jobs: list[dict[str, Any]], now: float | None = None) -> str:
-    """`distrun ls`: id, state, framework, replicas (running/total), age, duration."""
+    """`distrun ls`: id, state, framework, replicas (running/total), age, duration, and, when
+    some are sweep trials, each one's sweep and number (a sweep's trials listed together)."""
     now = time.time() if now is None else now
-    rows = [("ID", "STATE", "FRAMEWORK", "REPLICAS", "AGE", "DURATION")]
-    for job in jobs:
+    rows = [("ID", "STATE", "FRAMEWORK", "REPLICAS", "AGE", "DURATION", "SWEEP")]
+    any_trial = any(sweep_of(job) for job in jobs)
+    for job in grouped_by_sweep(jobs):
         started, finished = job.get("started_at"), job.get("finished_at")
         if started is None:
             duration = "-"
@@ -195,12 +198,34 @@ def jobs_table(jobs: list[dict[str, Any]], now: float | None = None) -> str:
             duration = format_duration((finished if finished is not None else now) - started)
         replicas = f"{job.get('replicas_running', 0)}/{len(job.get('replicas', []))}"
         age = format_duration(now - job["created_at"])
-        rows.append((job["id"], job["state"], job["framework"], replicas, age, duration))
+        trial = sweep_of(job)
+        sweep = f"{trial[0]}/{trial[1]}" if trial else ""
+        rows.append((job["id"], job["state"], job["framework"], replicas, age, duration, sweep))
+    if not any_trial:
+        rows = [row[:-1] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in rows
     )
+
+
+def grouped_by_sweep(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`jobs` in their order, but each sweep's trials together where its first one is listed,
+    by trial number."""
+    trials: dict[str, list[dict[str, Any]]] = {}
+    for job in jobs:
+        trial = sweep_of(job)
+        if trial is not None:
+            trials.setdefault(trial[0], []).append(job)
+    ordered: list[dict[str, Any]] = []
+    for job in jobs:
+        trial = sweep_of(job)
+        if trial is None:
+            ordered.append(job)
+        elif trial[0] in trials:
+            ordered += sorted(trials.pop(trial[0]), key=lambda j: sweep_of(j) or ("", 0))
+    return ordered
 
 
 def job_details(job: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 PARAMS_ENV = "DISTRUN_PARAMS"
 PARAM_ENV_PREFIX = "DISTRUN_PARAM_"
+SWEEP_ENV = "DISTRUN_SWEEP"
 
 
 def params_env(params: Mapping[str, int | float | str]) -> dict[str, str]:
@@ -20,3 +21,17 @@ def params_env(params: Mapping[str, int | float | str]) -> dict[str, str]:
             value if isinstance(value, str) else json.dumps(value)
         )
     return env
+
+
+def trial_env(
+    sweep_id: str, number: int, params: Mapping[str, int | float | str]
+) -> dict[str, str]:
+    """A trial's parameters and which sweep and trial it is (DISTRUN_SWEEP, "<id>/<number>":
+    what groups a sweep's trials wherever jobs are listed)."""
+    return {**params_env(params), SWEEP_ENV: f"{sweep_id}/{number}"}
+
+
+def trial_of(env: Mapping[str, str]) -> tuple[str, int] | None:
+    """(sweep id, trial number) of a job whose environment is `env`, when it is a trial."""
+    sweep_id, _, number = env.get(SWEEP_ENV, "").partition("/")
+    return (sweep_id, int(number)) if sweep_id and number.isdigit() else None

@@ -1,0 +1,243 @@
+"""A sweep run by a client (`distrun sweep FILE`): its trials as ordinary jobs on the chosen
+engine, `parallel` at a time, each started the moment another ends; each trial's objective read
+from its first replica's log as it runs (the metrics core/metrics finds, as the log viewer
+plots them); the median stopping rule applied as trials report; the results at the end.
+
+A trial is a normal job: its own replicas, logs and status, named `<name>-t<N>`, its parameters
+and which sweep and trial it is in its environment (core/trial_env.py).
+"""
+
+import asyncio
+import dataclasses
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from distrun.client.base import Client, LinesEvent, StatusEvent
+from distrun.core.errors import DistrunError
+from distrun.core.metrics import parse_line
+from distrun.core.spec import JobSpec
+from distrun.core.sweep import SweepSpec, Value, expand, median_stop, objective_value
+from distrun.core.trial_env import trial_env, trial_of
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+def new_sweep_id() -> str:
+    return f"sweep-{secrets.token_hex(3)}"
+
+
+def sweep_of(job: dict[str, Any]) -> tuple[str, int] | None:
+    """(sweep id, trial number) of a job that is a sweep's trial."""
+    return trial_of((job.get("spec") or {}).get("env") or {})
+
+
+@dataclass
+class Trial:
+    number: int
+    params: dict[str, Value]
+    job_id: str | None = None
+    state: str = "queued"  # then the job's state, or "stopped" by the stopping rule
+    history: list[tuple[float, float]] = field(default_factory=list)  # (step, objective)
+    metrics: dict[str, float] = field(default_factory=dict)  # each metric's last value
+    started: float | None = None  # monotonic
+    ended: float | None = None
+    error: str | None = None  # why it could not be submitted
+
+    @property
+    def seconds(self) -> float | None:
+        if self.started is None:
+            return None
+        return (self.ended or time.monotonic()) - self.started
+
+    def read(self, text: str, objective: str | None) -> bool:
+        """Takes a line of its log; True when it reported the objective."""
+        parsed = parse_line(text)
+        reported = False
+        for name, value in parsed.metrics:
+            self.metrics[name] = value
+            if name == objective:  # a line without a step counts as the next report
+                step = parsed.step if parsed.step is not None else len(self.history) + 1
+                self.history.append((step, value))
+                reported = True
+        return reported
+
+
+def trial_spec(template: JobSpec, sweep_id: str, trial: Trial) -> JobSpec:
+    env = {**template.env, **trial_env(sweep_id, trial.number, trial.params)}
+    name = f"{template.name}-t{trial.number}"[:40]
+    return dataclasses.replace(template, env=env, name=name)
+
+
+class SweepRun:
+    """Runs a sweep's trials through `client` and keeps their results."""
+
+    def __init__(
+        self,
+        client: Client,
+        template: JobSpec,
+        sweep: SweepSpec,
+        sweep_id: str | None = None,
+        on_change: Callable[["SweepRun"], None] = lambda run: None,
+    ) -> None:
+        self.client, self.template, self.sweep = client, template, sweep
+        self.id = sweep_id or new_sweep_id()
+        self.trials = [Trial(n, params) for n, params in enumerate(expand(sweep))]
+        self.on_change = on_change
+        self._ended = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def objective(self) -> str | None:
+        return self.sweep.objective.metric if self.sweep.objective else None
+
+    def result(self, trial: Trial) -> float | None:
+        if self.sweep.objective is None:
+            return None
+        return objective_value(trial.history, self.sweep.objective.goal, self.sweep.objective.read)
+
+    def best(self) -> Trial | None:
+        scored = [(v, t) for t in self.trials if (v := self.result(t)) is not None]
+        if not scored or self.sweep.objective is None:
+            return None
+        pick = min if self.sweep.objective.goal == "min" else max
+        return pick(scored, key=lambda pair: pair[0])[1]
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for trial in self.trials:
+            counts[trial.state] = counts.get(trial.state, 0) + 1
+        return counts
+
+    async def run(self) -> list[Trial]:
+        queued = list(self.trials)
+        try:
+            while queued or self._running():
+                while queued and len(self._running()) < self.sweep.parallel:
+                    await self._start(queued.pop(0))
+                self._ended.clear()
+                if self._running():
+                    await self._ended.wait()
+        finally:
+            await self.cancel()
+        return self.trials
+
+    async def cancel(self) -> None:
+        """Stops every trial still running (an interrupted sweep leaves nothing behind)."""
+        for trial in self._running():
+            if trial.job_id is not None:
+                await self._cancel_quietly(trial.job_id)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _running(self) -> list[Trial]:
+        return [
+            t for t in self.trials if t.job_id is not None and t.state not in (*TERMINAL, "stopped")
+        ]
+
+    async def _start(self, trial: Trial) -> None:
+        try:
+            job = await self.client.submit(trial_spec(self.template, self.id, trial))
+        except DistrunError as error:
+            trial.state, trial.error = "failed", str(error)
+            self.on_change(self)
+            return
+        trial.job_id, trial.state, trial.started = job["id"], job["state"], time.monotonic()
+        task = asyncio.create_task(self._follow(trial, job))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        self.on_change(self)
+
+    async def _follow(self, trial: Trial, job: dict[str, Any]) -> None:
+        assert trial.job_id is not None
+        first = job["replicas"][0]["name"]
+        try:
+            async for event in self.client.follow(trial.job_id, replicas=[first]):
+                if isinstance(event, StatusEvent):
+                    self._status(trial, event.job)
+                elif isinstance(event, LinesEvent) and any(
+                    trial.read(line.text, self.objective) for line in event.lines
+                ):
+                    await self._judge(trial)
+                    self.on_change(self)
+        except DistrunError:
+            pass
+        if trial.state not in (*TERMINAL, "stopped"):
+            self._status(trial, await self.client.get_job(trial.job_id))
+        trial.ended = trial.ended or time.monotonic()
+        self._ended.set()
+        self.on_change(self)
+
+    def _status(self, trial: Trial, job: dict[str, Any]) -> None:
+        if trial.state != "stopped":
+            trial.state = job["state"]
+        if job["state"] in TERMINAL:
+            trial.ended = trial.ended or time.monotonic()
+        self.on_change(self)
+
+    async def _judge(self, trial: Trial) -> None:
+        stop, objective = self.sweep.early_stop, self.sweep.objective
+        if stop is None or objective is None or trial.state in (*TERMINAL, "stopped"):
+            return
+        histories = {t.number: t.history for t in self.trials if t.history}
+        if median_stop(objective.goal, histories, trial.number, stop.after, stop.min_trials):
+            trial.state = "stopped"
+            assert trial.job_id is not None
+            await self._cancel_quietly(trial.job_id)
+
+    async def _cancel_quietly(self, job_id: str) -> None:
+        try:
+            await self.client.cancel(job_id)
+        except DistrunError:
+            pass
+
+
+# --- for people ------------------------------------------------------------------------------
+
+
+def progress_line(run: SweepRun) -> str:
+    counts = run.counts()
+    done = sum(counts.get(state, 0) for state in (*TERMINAL, "stopped"))
+    parts = [f"{done}/{len(run.trials)} done"]
+    parts += [f"{counts[s]} {s}" for s in ("running", "pending", "queued") if counts.get(s)]
+    best = run.best()
+    if best is not None and run.objective is not None:
+        parts.append(f"best #{best.number} {run.objective}={run.result(best):.6g}")
+    return f"[distrun] sweep {run.id}: " + ", ".join(parts)
+
+
+def results_table(run: SweepRun) -> str:
+    """One row a trial: number, parameters, state, objective, other final metrics, duration;
+    the best trial marked with *."""
+    best = run.best()
+    names = [param.name for param in run.sweep.params]
+    others = sorted({m for t in run.trials for m in t.metrics} - {run.objective or ""})[:4]
+    head = ["", "TRIAL", *names, "STATE", *([run.objective.upper()] if run.objective else [])]
+    rows = [[*head, *(m.upper() for m in others), "SECONDS"]]
+    for trial in run.trials:
+        result = run.result(trial)
+        rows.append(
+            [
+                "*" if trial is best else "",
+                f"#{trial.number}",
+                *(_cell(trial.params[name]) for name in names),
+                trial.state,
+                *([_cell(result)] if run.objective else []),
+                *(_cell(trial.metrics.get(m)) for m in others),
+                "-" if trial.seconds is None else f"{trial.seconds:.1f}",
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def _cell(value: Value | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.6g}" if isinstance(value, float) else str(value)

@@ -1,0 +1,120 @@
+"""client/sweep_runner.py with a fake client whose jobs print scripted losses: how many trials
+run at once, when the next one starts, what the median rule stops, which trial is best, and
+what an interrupted sweep leaves running. tests/training/test_sweep.py runs a real one."""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from distrun.client.base import LinesEvent, StatusEvent
+from distrun.client.sweep_runner import SweepRun, progress_line, results_table, sweep_of
+from distrun.core.logs import LogLine
+from distrun.core.spec import JobSpec
+from distrun.core.sweep import EarlyStop, Objective, Param, SweepSpec, Values
+
+
+class FakeClient:
+    """Each job prints `loss=` for steps 1..5, falling by its `lr` per step, a tick apart."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.running: set[str] = set()
+        self.most_at_once = 0
+        self.cancelled: set[str] = set()
+
+    async def submit(self, spec: JobSpec) -> dict[str, Any]:
+        job_id = f"job-{len(self.jobs)}"
+        job = {
+            "id": job_id,
+            "state": "running",
+            "spec": spec.to_dict(),
+            "replicas": [{"name": "master-0"}, {"name": "worker-0"}],
+        }
+        self.jobs[job_id] = job
+        self.running.add(job_id)
+        self.most_at_once = max(self.most_at_once, len(self.running))
+        return job
+
+    async def follow(
+        self, job_id: str, since: Any = None, replicas: list[str] | None = None
+    ) -> AsyncIterator[Any]:
+        job = self.jobs[job_id]
+        lr = json.loads(job["spec"]["env"]["DISTRUN_PARAMS"])["lr"]
+        loss = 10.0
+        for step in range(1, 6):
+            await asyncio.sleep(0.01)
+            if job_id in self.cancelled:
+                break
+            loss -= lr
+            yield LinesEvent([LogLine("master-0", step, 0.0, f"step {step} loss={loss}")])
+        self.running.discard(job_id)
+        job["state"] = "cancelled" if job_id in self.cancelled else "succeeded"
+        yield StatusEvent(dict(job))
+
+    async def get_job(self, job_id: str) -> dict[str, Any]:
+        return dict(self.jobs[job_id])
+
+    async def cancel(self, job_id: str) -> dict[str, Any]:
+        self.cancelled.add(job_id)
+        return dict(self.jobs[job_id])
+
+
+TEMPLATE = JobSpec.from_dict({"framework": "pytorch", "code": "pass\n", "name": "fit"})
+
+
+def sweep(rates: tuple[float, ...], stop: EarlyStop | None = None, parallel: int = 2) -> SweepSpec:
+    return SweepSpec(
+        params=(Param("lr", Values(rates)),),
+        parallel=parallel,
+        objective=Objective("loss", "min"),
+        early_stop=stop,
+    )
+
+
+async def test_trials_run_parallel_at_a_time_and_the_best_is_the_lowest_loss() -> None:
+    client = FakeClient()
+    run = SweepRun(client, TEMPLATE, sweep((0.1, 0.5, 0.2, 0.3)))  # type: ignore[arg-type]
+    trials = await run.run()
+    assert client.most_at_once == 2
+    assert [t.state for t in trials] == ["succeeded"] * 4
+    best = run.best()
+    assert best is not None and best.params == {"lr": 0.5}
+    assert run.result(best) == pytest.approx(7.5)
+    table = results_table(run)
+    assert "* #1" in table.replace("  ", " ") and "LOSS" in table
+    assert "4/4 done" in progress_line(run)
+
+
+async def test_each_trial_is_a_job_named_for_it_with_its_parameters_and_its_sweep() -> None:
+    client = FakeClient()
+    run = SweepRun(client, TEMPLATE, sweep((0.1, 0.2)), sweep_id="sweep-abc")  # type: ignore[arg-type]
+    await run.run()
+    jobs = list(client.jobs.values())
+    assert [job["spec"]["name"] for job in jobs] == ["fit-t0", "fit-t1"]
+    assert [sweep_of(job) for job in jobs] == [("sweep-abc", 0), ("sweep-abc", 1)]
+    assert jobs[1]["spec"]["env"]["DISTRUN_PARAM_LR"] == "0.2"
+
+
+async def test_the_median_rule_stops_a_trial_behind_the_others_at_the_same_step() -> None:
+    client = FakeClient()
+    stop = EarlyStop("median", after=3, min_trials=2)
+    run = SweepRun(client, TEMPLATE, sweep((0.5, 0.3, 0.45, 0.01), stop), None)  # type: ignore[arg-type]
+    trials = await run.run()
+    assert trials[3].state == "stopped"
+    assert client.jobs["job-3"]["state"] == "cancelled"
+    assert trials[3].history[-1][0] == 3, "stopped at the first step the rule may judge"
+    assert [t.state for t in trials[:3]] == ["succeeded"] * 3
+
+
+async def test_an_interrupted_sweep_cancels_its_running_trials_and_starts_no_more() -> None:
+    client = FakeClient()
+    run = SweepRun(client, TEMPLATE, sweep((0.1, 0.2, 0.3, 0.4)))  # type: ignore[arg-type]
+    task = asyncio.create_task(run.run())
+    await asyncio.sleep(0.02)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert client.cancelled == {"job-0", "job-1"}
+    assert len(client.jobs) == 2
