@@ -5,6 +5,7 @@ Needs the local engine and the cell-header parser (and the server extension for 
 tests); each group skips until those modules exist.
 """
 
+import asyncio
 import json
 import os
 import pty
@@ -425,6 +426,48 @@ def test_interrupting_the_kernel_cancels_the_job_and_says_so(
     assert f"[distrun] job {job_id} cancelled" in text
     assert output[-1] == ("error", "KeyboardInterrupt")
     assert json.loads(distrun(env, "status", job_id, "--json").stdout)["state"] == "cancelled"
+
+
+SWEEP_CELL = """\
+%framework=generic
+%worker=1
+%sweep.rate=0.5,0.2,0.1
+%parallel=2
+%objective=loss:min
+import distrun
+rate = distrun.params(rate=0.9)["rate"]
+for step in range(1, 4):
+    print(f"step {step} loss={(1 - rate) ** step:.4f}", flush=True)
+"""
+
+
+def test_a_sweep_cell_shows_its_progress_and_results_instead_of_every_trials_lines(
+    kernel: Kernel, env: dict[str, str]
+) -> None:
+    output = kernel.execute(SWEEP_CELL)
+    text = stdout_of(output)
+    assert "| step" not in text, "trials' lines stay in their own jobs"
+    assert "3/3 done, best #0 loss=0.125" in text
+    table = text.splitlines()[-4:]
+    assert table[1].split()[:4] == ["*", "#0", "0.5", "succeeded"]
+    assert [row.split()[1] for row in table[2:]] == ["0.2", "0.1"]
+    kind, result = output[-1]
+    assert kind == "result" and result.startswith("SweepResult(sweep_id='sweep-")
+    listed = distrun(env, "ls").stdout
+    assert len(re.findall(r"sweep-\w+/[0-2]", listed)) == 3
+
+
+def test_a_sweep_runs_through_a_server_whose_run_distributed_refuses_it_saying_how(
+    env: dict[str, str], server: ServerProcess, tmp_path: Path
+) -> None:
+    status, body = asyncio.run(server.request("POST", "distrun/jobs", {"cell": SWEEP_CELL}))
+    assert status == 400
+    assert "declares a parameter sweep" in body["message"]
+    assert "distrun sweep FILE" in body["message"]
+    remote = {**env, "DISTRUN_URL": server.url, "DISTRUN_TOKEN": TOKEN}
+    result = distrun(remote, "sweep", write(tmp_path / "sweep.py", SWEEP_CELL))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-3].split()[:4] == ["*", "#0", "0.5", "succeeded"]
 
 
 def test_a_kernel_with_distrun_url_submits_through_the_server(

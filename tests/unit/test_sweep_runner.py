@@ -49,10 +49,16 @@ class FakeClient:
             if job_id in self.cancelled:
                 break
             loss -= lr
-            yield LinesEvent([LogLine("master-0", step, 0.0, f"step {step} loss={loss}")])
+            said = f"step {step} loss={loss}"
+            yield LinesEvent([LogLine("master-0", step, 0.0, said), self.also(step)])
         self.running.discard(job_id)
         job["state"] = "cancelled" if job_id in self.cancelled else "succeeded"
         yield StatusEvent(dict(job))
+
+    @staticmethod
+    def also(step: int) -> LogLine:
+        """A line after the loss in the same batch: every line of a batch is read."""
+        return LogLine("master-0", step, 0.0, f"step {step} accuracy={step / 10}")
 
     async def get_job(self, job_id: str) -> dict[str, Any]:
         return dict(self.jobs[job_id])
@@ -83,6 +89,7 @@ async def test_trials_run_parallel_at_a_time_and_the_best_is_the_lowest_loss() -
     best = run.best()
     assert best is not None and best.params == {"lr": 0.5}
     assert run.result(best) == pytest.approx(7.5)
+    assert best.metrics["accuracy"] == pytest.approx(0.5)
     table = results_table(run)
     assert "* #1" in table.replace("  ", " ") and "LOSS" in table
     assert "4/4 done" in progress_line(run)
@@ -117,4 +124,15 @@ async def test_an_interrupted_sweep_cancels_its_running_trials_and_starts_no_mor
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert client.cancelled == {"job-0", "job-1"}
+    assert len(client.jobs) == 2
+
+
+async def test_cancelling_a_sweep_stops_its_running_trials_and_run_returns_without_more() -> None:
+    client = FakeClient()
+    run = SweepRun(client, TEMPLATE, sweep((0.1, 0.2, 0.3, 0.4)))  # type: ignore[arg-type]
+    task = asyncio.create_task(run.run())
+    await asyncio.sleep(0.02)
+    await run.cancel()
+    trials = await asyncio.wait_for(task, 5)
+    assert [t.state for t in trials] == ["cancelled", "cancelled", "queued", "queued"]
     assert len(client.jobs) == 2

@@ -46,10 +46,8 @@ from distrun.client.console import (
     stream_job,
     use_color,
 )
-from distrun.client.sweep_runner import SweepRun, progress_line, results_table
 from distrun.core.errors import DistrunError, SpecError
 from distrun.core.gpus import GPU_FALLBACKS, GpuAmount, parse_gpu
-from distrun.core.header import parse_cell
 from distrun.core.spec import JobSpec, Limits
 from distrun.core.version import distrun_version
 from distrun.engines.local import capabilities
@@ -370,6 +368,9 @@ async def cmd_submit(client: Client, args: argparse.Namespace) -> int:
 async def cmd_sweep(client: Client, args: argparse.Namespace) -> int:
     """Runs the file's sweep to its end (Ctrl-C cancels the trials still running); 1 when
     every trial failed."""
+    from distrun.client.sweep_runner import SweepRun, progress_printer, results_table
+    from distrun.core.header import parse_cell
+
     text = _read_source(args.file)
     sweep = parse_cell(text).sweep
     if sweep is None:
@@ -377,16 +378,7 @@ async def cmd_sweep(client: Client, args: argparse.Namespace) -> int:
             f"{args.file} declares no sweep: add a line like %sweep.lr=0.1,0.01 to its header"
         )
     template = build_spec(text, args, await client.limits(), Path(args.file).resolve().parent)
-    shown: list[Any] = [None]
-
-    def show(run: SweepRun) -> None:  # when trials start or end, or another becomes the best
-        best = run.best()
-        moment = (run.counts(), best.number if best else None)
-        if moment != shown[-1]:
-            shown.append(moment)
-            _print(progress_line(run))
-
-    run = SweepRun(client, template, sweep, on_change=show)
+    run = SweepRun(client, template, sweep, on_change=progress_printer(_print))
     _print(f"[distrun] sweep {run.id}: {len(run.trials)} trials, {sweep.parallel} at a time")
     runner = asyncio.ensure_future(run.run())
     loop = asyncio.get_running_loop()

@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
 from distrun.client.base import Client, FollowEvent, LinesEvent, PartialEvent
-from distrun.client.sweep_runner import sweep_of
 from distrun.core.job import JobState
 from distrun.core.logs import LogLine
 from distrun.core.terminal import plain_text, visible_line
+from distrun.core.trial_env import trial_of
 
 # Bright, distinguishable ANSI foreground colours, cycled over replicas in job order.
 _PALETTE = (36, 33, 35, 32, 34, 31, 96, 93, 95, 92, 94, 91)
@@ -188,8 +188,10 @@ def jobs_table(jobs: list[dict[str, Any]], now: float | None = None) -> str:
     """`distrun ls`: id, state, framework, replicas (running/total), age, duration, and, when
     some are sweep trials, each one's sweep and number (a sweep's trials listed together)."""
     now = time.time() if now is None else now
-    rows = [("ID", "STATE", "FRAMEWORK", "REPLICAS", "AGE", "DURATION", "SWEEP")]
-    any_trial = any(sweep_of(job) for job in jobs)
+    rows: list[tuple[str, ...]] = [
+        ("ID", "STATE", "FRAMEWORK", "REPLICAS", "AGE", "DURATION", "SWEEP")
+    ]
+    any_trial = any(_trial(job) for job in jobs)
     for job in grouped_by_sweep(jobs):
         started, finished = job.get("started_at"), job.get("finished_at")
         if started is None:
@@ -198,7 +200,7 @@ def jobs_table(jobs: list[dict[str, Any]], now: float | None = None) -> str:
             duration = format_duration((finished if finished is not None else now) - started)
         replicas = f"{job.get('replicas_running', 0)}/{len(job.get('replicas', []))}"
         age = format_duration(now - job["created_at"])
-        trial = sweep_of(job)
+        trial = _trial(job)
         sweep = f"{trial[0]}/{trial[1]}" if trial else ""
         rows.append((job["id"], job["state"], job["framework"], replicas, age, duration, sweep))
     if not any_trial:
@@ -210,21 +212,25 @@ def jobs_table(jobs: list[dict[str, Any]], now: float | None = None) -> str:
     )
 
 
+def _trial(job: dict[str, Any]) -> tuple[str, int] | None:
+    return trial_of((job.get("spec") or {}).get("env") or {})
+
+
 def grouped_by_sweep(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`jobs` in their order, but each sweep's trials together where its first one is listed,
     by trial number."""
     trials: dict[str, list[dict[str, Any]]] = {}
     for job in jobs:
-        trial = sweep_of(job)
+        trial = _trial(job)
         if trial is not None:
             trials.setdefault(trial[0], []).append(job)
     ordered: list[dict[str, Any]] = []
     for job in jobs:
-        trial = sweep_of(job)
+        trial = _trial(job)
         if trial is None:
             ordered.append(job)
         elif trial[0] in trials:
-            ordered += sorted(trials.pop(trial[0]), key=lambda j: sweep_of(j) or ("", 0))
+            ordered += sorted(trials.pop(trial[0]), key=lambda j: _trial(j) or ("", 0))
     return ordered
 
 

@@ -42,6 +42,15 @@ class JobResult:
     state: str
 
 
+@dataclass(frozen=True)
+class SweepResult:
+    """A sweep cell's value: the sweep, its best trial's job, and every trial's job and state."""
+
+    sweep_id: str
+    best_job_id: str | None
+    trials: list[JobResult]
+
+
 def is_ciao_cell(cell: str, is_line_magic: Callable[[str], bool] = lambda name: False) -> bool:
     """True when the cell's first meaningful line is a ciao header line like `%framework=...`.
 
@@ -155,8 +164,9 @@ def _print_until_done(
         put_out(outputs.get_nowait())
 
 
-def run_cell(cell: str) -> JobResult | None:
-    """Submit `cell` (header + code), stream its lines, return the job id and final state."""
+def run_cell(cell: str) -> JobResult | SweepResult | None:
+    """Submit `cell` (header + code), stream its lines, return the job id and final state; a
+    cell that declares a sweep runs its trials, showing their progress and then the results."""
     runner = _runner()
     try:
         client = client_from_env()
@@ -164,9 +174,48 @@ def run_cell(cell: str) -> JobResult | None:
         _error(exc)
         return None
     try:
+        from distrun.core.header import parse_cell
+
+        if parse_cell(cell).sweep is not None:
+            return _run_sweep(runner, client, cell)
         return _run(runner, client, cell)
+    except DistrunError as exc:
+        _error(exc)
+        return None
     finally:
         runner.submit(client.close()).result()
+
+
+def _run_sweep(runner: _LoopThread, client: Client, cell: str) -> SweepResult | None:
+    from distrun.client.sweep_runner import SweepRun, progress_printer, results_table
+    from distrun.core.header import parse_cell
+
+    sweep = parse_cell(cell).sweep
+    assert sweep is not None
+    template = runner.submit(_template(client, cell)).result()
+    outputs: queue.Queue[Output] = queue.Queue()
+    run = SweepRun(client, template, sweep, on_change=progress_printer(outputs.put))
+    _say(f"[distrun] sweep {run.id}: {len(run.trials)} trials, {sweep.parallel} at a time")
+    running = runner.submit(run.run())
+    try:
+        _print_until_done(running, outputs)
+        running.result()
+    except KeyboardInterrupt:
+        _say(f"[distrun] interrupted: cancelling sweep {run.id}'s running trials")
+        runner.submit(run.cancel()).result()
+        running.result()
+        raise
+    _say(results_table(run))
+    best = run.best()
+    return SweepResult(
+        run.id,
+        best.job_id if best else None,
+        [JobResult(t.job_id, t.state) for t in run.trials if t.job_id is not None],
+    )
+
+
+async def _template(client: Client, cell: str) -> Any:
+    return spec_from_text(cell, None, os.getcwd(), await client.limits())
 
 
 def _run(runner: _LoopThread, client: Client, cell: str) -> JobResult | None:
@@ -216,7 +265,7 @@ def _cancel_once_submitted(
     _cancel(runner, client, job["id"])
 
 
-def distrun_cell_magic(line: str, cell: str) -> JobResult | None:
+def distrun_cell_magic(line: str, cell: str) -> JobResult | SweepResult | None:
     """%%distrun [--framework F --workers N ...]: run the cell as a distributed job."""
     return run_cell(f"%%distrun {line}".rstrip() + "\n" + cell)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from distrun.client.base import Client, LinesEvent, StatusEvent
 from distrun.core.errors import DistrunError
+from distrun.core.logs import LogLine
 from distrun.core.metrics import parse_line
 from distrun.core.spec import JobSpec
 from distrun.core.sweep import SweepSpec, Value, expand, median_stop, objective_value
@@ -51,6 +52,11 @@ class Trial:
         if self.started is None:
             return None
         return (self.ended or time.monotonic()) - self.started
+
+    def read_all(self, lines: list[LogLine], objective: str | None) -> bool:
+        """Takes lines of its log; True when one reported the objective."""
+        reported = [self.read(line.text, objective) for line in lines]
+        return any(reported)
 
     def read(self, text: str, objective: str | None) -> bool:
         """Takes a line of its log; True when it reported the objective."""
@@ -88,6 +94,7 @@ class SweepRun:
         self.on_change = on_change
         self._ended = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._stopping = False
 
     @property
     def objective(self) -> str | None:
@@ -114,24 +121,27 @@ class SweepRun:
     async def run(self) -> list[Trial]:
         queued = list(self.trials)
         try:
-            while queued or self._running():
-                while queued and len(self._running()) < self.sweep.parallel:
+            while (queued and not self._stopping) or self._running():
+                while queued and not self._stopping and len(self._running()) < self.sweep.parallel:
                     await self._start(queued.pop(0))
                 self._ended.clear()
                 if self._running():
                     await self._ended.wait()
         finally:
             await self.cancel()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         return self.trials
 
     async def cancel(self) -> None:
-        """Stops every trial still running (an interrupted sweep leaves nothing behind)."""
+        """Starts no more trials and stops those still running (an interrupted sweep leaves
+        nothing behind); `run` returns once they have ended."""
+        self._stopping = True
         for trial in self._running():
             if trial.job_id is not None:
                 await self._cancel_quietly(trial.job_id)
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._ended.set()
 
     def _running(self) -> list[Trial]:
         return [
@@ -158,9 +168,7 @@ class SweepRun:
             async for event in self.client.follow(trial.job_id, replicas=[first]):
                 if isinstance(event, StatusEvent):
                     self._status(trial, event.job)
-                elif isinstance(event, LinesEvent) and any(
-                    trial.read(line.text, self.objective) for line in event.lines
-                ):
+                elif isinstance(event, LinesEvent) and trial.read_all(event.lines, self.objective):
                     await self._judge(trial)
                     self.on_change(self)
         except DistrunError:
@@ -196,6 +204,21 @@ class SweepRun:
 
 
 # --- for people ------------------------------------------------------------------------------
+
+
+def progress_printer(emit: Callable[[str], None]) -> Callable[[SweepRun], None]:
+    """A SweepRun's `on_change` that emits a progress line when trials start or end, or
+    another trial becomes the best (not at every line a trial prints)."""
+    last: list[Any] = [None]
+
+    def show(run: SweepRun) -> None:
+        best = run.best()
+        moment = (run.counts(), best.number if best else None)
+        if moment != last[0]:
+            last[0] = moment
+            emit(progress_line(run))
+
+    return show
 
 
 def progress_line(run: SweepRun) -> str:

@@ -20,7 +20,7 @@ from tornado.httputil import HTTPServerRequest
 
 from distrun.core.errors import DistrunError, EngineError, LimitExceeded, SpecError
 from distrun.core.frameworks import FRAMEWORKS, Framework
-from distrun.core.header import header_line, spec_from_cell
+from distrun.core.header import header_line, parse_cell, spec_from_cell
 from distrun.core.job import Job
 from distrun.core.jobids import check_job_id
 from distrun.core.logs import Cursor, LogLine
@@ -210,6 +210,13 @@ class JobsHandler(DistrunHandler):
         if not isinstance(cwd, str):
             raise SpecError("cwd must be a path relative to the server's root", field="cwd")
         limits = self.app.limits
+        if parse_cell(cell).sweep is not None:
+            raise SpecError(
+                "this cell declares a parameter sweep (%sweep. lines), and Run distributed "
+                "runs one job: run the sweep with `distrun sweep FILE`, or in the notebook "
+                "after `%load_ext distrun.kernel_magic`, or remove the sweep lines",
+                field="cell",
+            )
         parsed: tuple[JobSpec, list[str]] = spec_from_cell(cell, overrides, limits)
         spec, file_refs = parsed
         if not file_refs:
