@@ -62,3 +62,44 @@ async def test_a_viewer_that_leaves_a_job_others_watch_is_freed_at_once(
     assert len(distrun_app.streams) == 1
     viewers[1].close()
     await api("jobs", job["id"], "cancel", method="POST", body={})
+
+
+BACKLOG_CODE = (
+    "import sys\nfor i in range(200_000):\n    sys.stdout.write(f'{i} ' + 'x' * 60 + '\\n')\n"
+)
+
+
+async def test_a_close_mid_backlog_is_answered_and_the_streams_work_stops_at_once(
+    api, distrun_app, jp_http_port, jp_base_url, jp_auth_header
+):
+    """Issue 15: a client that closes while the server still has a backlog to send. The server
+    answers and stops its work at once. A client that reads on while closing gets the answer at
+    once; one whose own flow control has stopped reading (the `websockets` library's default,
+    with 16 messages queued) cannot see it behind the data it has not read and waits for its
+    close timeout, but the server's stream has ended (docs/guarantees.md)."""
+    import websockets
+
+    spec = {"framework": "generic", "code": BACKLOG_CODE, "roles": {"worker": {"replicas": 4}}}
+    job = await api("jobs", method="POST", body={"spec": spec})
+    url = f"ws://127.0.0.1:{jp_http_port}{jp_base_url}distrun/jobs/{job['id']}/logs/stream"
+    headers = dict(jp_auth_header)
+
+    async def paused_then_closing(**options: Any) -> Any:
+        ws = await websockets.connect(url, additional_headers=headers, max_size=None, **options)
+        for _ in range(3):
+            await ws.recv()
+        await asyncio.sleep(0.5)  # the server's sends back up
+        return ws
+
+    reading = await paused_then_closing(max_queue=None)
+    async with asyncio.timeout(5):
+        await reading.close()
+    assert reading.close_code == 1000
+    await wait_until(lambda: not distrun_app.streams, "the server's stream ended", 5)
+
+    paused = await paused_then_closing(close_timeout=30)
+    closing = asyncio.create_task(paused.close())
+    await wait_until(lambda: not distrun_app.streams, "the server's stream ended", 5)
+    paused.transport.abort()
+    await asyncio.gather(closing, return_exceptions=True)
+    await api("jobs", job["id"], "cancel", method="POST", body={})
