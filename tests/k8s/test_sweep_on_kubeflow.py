@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -41,8 +42,9 @@ class TierClient(EngineClient):
         super().__init__(engine, owner="alice")
         self.kubeflow, self.cluster, self.admin = engine, cluster, admin
         self.namespace, self.monkeypatch = namespace, monkeypatch
-        self.running = 0
-        self.most_at_once = 0
+        self.submitted: list[float] = []  # when each trial was submitted
+        self.ending: list[float] = []  # when the test began to end each trial's pods
+        self.ended: list[float] = []  # when they had ended
         self.endings: list[asyncio.Task[None]] = []
 
     async def submit(self, spec: JobSpec) -> dict[str, Any]:
@@ -51,16 +53,16 @@ class TierClient(EngineClient):
         job, _logs = await submit_with_logs(
             self.cluster, self.kubeflow, spec, self.monkeypatch, {"master-0": losses}
         )
-        self.running += 1
-        self.most_at_once = max(self.most_at_once, self.running)
+        self.submitted.append(time.monotonic())
         self.endings.append(asyncio.create_task(self._end_after_reading(job.id)))
         return job.to_json()
 
     async def _end_after_reading(self, job_id: str) -> None:
         while len(await self.kubeflow.read_logs(job_id, "alice", replicas={"master-0"})) < 3:
             await asyncio.sleep(0.2)
-        self.running -= 1
+        self.ending.append(time.monotonic())
         await succeed(self.admin, self.namespace, job_id)
+        self.ended.append(time.monotonic())
 
 
 async def test_a_sweep_on_the_kubeflow_engine_runs_its_trials_as_pytorchjobs_and_finds_the_best(
@@ -82,7 +84,9 @@ async def test_a_sweep_on_the_kubeflow_engine_runs_its_trials_as_pytorchjobs_and
     await asyncio.gather(*client.endings)
 
     assert [trial.state for trial in trials] == ["succeeded"] * 3
-    assert client.most_at_once == 2
+    _first, second, third = client.submitted
+    assert second < min(client.ended), "two trials at once"
+    assert third > min(client.ending), "the third only once one of them ended"
     best = run.best()
     assert best is not None and best.params == {"lr": 0.5}
     assert run.result(best) == pytest.approx(0.125)

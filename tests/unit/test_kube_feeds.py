@@ -2,6 +2,7 @@
 their own positions, a viewer behind what is kept reading the rest itself. The tier's
 tests/k8s/test_shared_following.py runs the same against the real API server."""
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -150,6 +151,43 @@ async def test_a_viewer_behind_what_is_kept_follows_on_its_own_stream_then_share
     # Only what was no longer kept (and the rest of the 10 it had read ahead).
     assert replica.kept_from <= stream.taken < replica.kept_from + 10
     for task in slow.close():
+        await task
+
+
+async def test_the_kept_lines_moving_on_while_a_viewers_own_stream_stops_skip_nothing(
+    small_kept: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the Kubernetes fidelity test on a loaded machine: the viewer went on from where
+    the kept lines began once its own stream had stopped, not from where it had got to."""
+    written = [line(seq) for seq in range(400)]
+    job = FakeJobFeed()
+
+    class OwnStream:
+        def __init__(self, feed: Any, name: str, since: int, wake: Any) -> None:
+            self.next = since
+
+        def take(self, limit: int) -> list[LogLine]:
+            lines = written[self.next : self.next + limit]
+            self.next += len(lines)
+            return lines
+
+        exhausted = False
+
+        async def stop(self) -> None:  # meanwhile the replica reads on, past what is kept
+            await add(job.replicas["worker-0"], range(200, 400))
+
+    monkeypatch.setattr(feeds, "CatchUp", OwnStream)
+    viewer = FeedViewer(job, ["worker-0"], {"worker-0": 0}, max_batch=50)  # type: ignore[arg-type]
+    replica = job.replicas["worker-0"]
+    events = viewer.events()
+    await anext(events)  # the job
+    await add(replica, range(200))
+    got: list[LogLine] = []
+    async with asyncio.timeout(10):  # without the fix, lines 200-399 never come
+        while len(got) < 400:
+            got += await next_lines(events)
+    assert [x.seq for x in got] == list(range(400)), "every line once, in order"
+    for task in viewer.close():
         await task
 
 

@@ -458,10 +458,11 @@ class FeedViewer:
         if taken:
             self.positions[name] = position = taken[-1].seq + 1
         if catch_up is not None and (position >= replica.kept_from or catch_up.exhausted):
+            exhausted, kept_from = catch_up.exhausted, replica.kept_from
             del self._catching_up[name]
-            await catch_up.stop()
-            # Lines its stream could no longer read (a log the kubelet let go) are skipped.
-            self.positions[name] = max(position, replica.kept_from)
+            await catch_up.stop()  # meanwhile the kept lines may move on: read before it
+            if exhausted:  # lines its stream could no longer read (a log let go) are skipped
+                self.positions[name] = max(position, kept_from)
         replica.took(self, self.positions[name])
         return taken
 
