@@ -86,24 +86,15 @@ def test_lines_with_the_same_time_and_text_are_told_apart_by_their_place_in_the_
     assert scan.see(same[0]) and scan.start == 41
 
 
-def test_a_follower_anchors_every_so_many_bytes_and_when_it_stops() -> None:
-    policy = AnchorPolicy(every_bytes=100, every_seconds=5.0, smallest_rotation=1_000)
-    placer = AnchorPlacer(policy, start=0, now=0.0)
+def test_a_follower_anchors_its_first_line_then_every_so_many_bytes_or_seconds() -> None:
+    policy = AnchorPolicy(every_bytes=100, every_seconds=5.0)
+    placer = AnchorPlacer(policy, start=7)
     lines = log_lines(40)  # 35 bytes each, with its newline
-    placed = [placer.read(raw, now=100.0) for raw in lines[:10]]
-    assert [a.index for a in placed if a] == [2, 5, 8], "by bytes; no time rule below 1,000"
-    last = placer.last()
-    assert last is not None and last.index == 9 and placer.last() is None
-
-
-def test_once_the_log_may_have_rotated_a_follower_also_anchors_every_so_many_seconds() -> None:
-    policy = AnchorPolicy(every_bytes=10_000, every_seconds=5.0, smallest_rotation=1_000)
-    placer = AnchorPlacer(policy, start=7, now=0.0)  # the file does not start at line 0
-    lines = log_lines(40)
-    assert placer.read(lines[0], now=4.9) is None
-    anchor = placer.read(lines[1], now=5.1)
-    assert anchor is not None and anchor.index == 8
-    assert placer.read(lines[2], now=6.0) is None and placer.last() is not None
+    placed = [placer.read(raw, now=0.0) for raw in lines[:10]]
+    assert [a.index for a in placed if a] == [7, 10, 13, 16]
+    assert placer.read(lines[10], now=4.9) is None  # 70 bytes since the last, within 5 s...
+    anchor = placer.read(lines[11], now=5.1)  # ...but 5 s after it, one is due
+    assert anchor is not None and anchor.index == 18
 
 
 def test_claims_on_lines_before_a_followers_own_newer_anchor_go_and_only_the_newest_stay() -> None:

@@ -6,15 +6,13 @@ that starts afterwards sees the new file from its first line, and nothing says h
 came before. So live followers leave anchors: for a line they have just read, its index in the
 instance's log and what identifies that line in anyone's copy of the file (the runtime's
 timestamp as the API writes it, how many lines just before it carry the same timestamp, a
-checksum of its bytes). A follower anchors a line every `every_bytes` of log, and every
-`every_seconds` while lines come once the log is large enough to have been rotated, and the
-last line it read when it stops. A log too small to rotate costs no write while it is followed.
-A reader finds where the current file starts by the first anchor in it, counting the lines
-before it backwards.
+checksum of its bytes). A follower anchors the first line it reads of an instance, then a line
+every `every_bytes` of log or `every_seconds`, whichever comes first. A reader finds where the
+current file starts by the first anchor in it, counting the lines before it backwards.
 
 A file with no anchor in it:
-- the instance has no anchor at all: nobody has numbered it beyond what a file holds, so it is
-  numbered from 0;
+- the instance has no anchor at all: nobody has numbered it, so it is numbered from 0 (the
+  first follower anchors that);
 - the instance ended and its line count is in the ledger: the file holds its last lines;
 - otherwise the file began with a rotation after the newest anchor. A follower waits
   `claim_after` for the live follower's next anchor (there may be one, in another server) and
@@ -46,7 +44,6 @@ class AnchorPolicy:
     every_bytes: int = 1 << 20
     every_seconds: float = 30.0
     claim_after: float = 60.0  # more than every_seconds and the writing delay together
-    smallest_rotation: int = 1 << 20  # the least containerLogMaxSize assumed
 
     @property
     def claim_gap(self) -> int:
@@ -121,20 +118,14 @@ class FileScan:
 
 
 class AnchorPlacer:
-    """When a live follower reading a file from its start (index `start`) leaves its next
-    anchor: every `every_bytes` of log, and every `every_seconds` while lines come once the log
-    may have been rotated (it holds `smallest_rotation` bytes, or the file does not start at
-    its first line); and on the last line read when it stops (`last`). A log too small to have
-    been rotated costs no write while it is followed."""
+    """When a live follower reading a file from its start leaves its next anchor."""
 
-    def __init__(self, policy: AnchorPolicy, start: int, now: float) -> None:
+    def __init__(self, policy: AnchorPolicy, start: int) -> None:
         self.policy = policy
         self._keys = LineKeys()
         self._index = start
-        self._bytes = 0  # since the last anchor
-        self._read = 0 if start == 0 else policy.smallest_rotation  # bytes, as far as known
-        self._at = now  # when the last anchor was left, or reading began
-        self._last: Anchor | None = None  # the last line read, when not anchored yet
+        self._bytes = 0
+        self._at: float | None = None  # when the last anchor was left; None: none yet
 
     def read(self, raw: bytes, now: float) -> Anchor | None:
         """Takes the next line; an anchor on it when one is due."""
@@ -142,22 +133,15 @@ class AnchorPlacer:
         index = self._index
         self._index += 1
         self._bytes += len(raw) + 1
-        self._read += len(raw) + 1
-        self._last = Anchor(index, key)
-        rotatable = self._read >= self.policy.smallest_rotation
-        due = self._bytes >= self.policy.every_bytes or (
-            rotatable and now - self._at >= self.policy.every_seconds
+        due = (
+            self._at is None
+            or self._bytes >= self.policy.every_bytes
+            or now - self._at >= self.policy.every_seconds
         )
         if not due:
             return None
-        self._at, self._bytes, self._last = now, 0, None
+        self._at, self._bytes = now, 0
         return Anchor(index, key)
-
-    def last(self) -> Anchor | None:
-        """An anchor on the last line read, unless it has one: where a follower that stops
-        got to, so that a reader after a rotation nobody saw never numbers below it."""
-        last, self._last = self._last, None
-        return last
 
 
 def newest_index(anchors: list[Anchor]) -> int:

@@ -151,12 +151,7 @@ class KubeEngine:
             gpu=GpuMode(gpu_mode, gpu_shared_resource, tuple(gpu_mig_profiles)),
         )
         self.limits = limits or Limits()
-        self.anchor_policy = AnchorPolicy(
-            every_bytes=log_anchor_bytes,
-            every_seconds=log_anchor_seconds,
-            claim_after=log_claim_after,
-            smallest_rotation=log_anchor_bytes,
-        )
+        self.anchor_policy = AnchorPolicy(log_anchor_bytes, log_anchor_seconds, log_claim_after)
         self._kubeconfig, self._context = kubeconfig, context
         self._api: KubeApi | None = (
             KubeApi(api_client, owns_client=False) if api_client is not None else None

@@ -712,9 +712,8 @@ class ReplicaFollower:
         index `self._seen` on, and the line being written as it changes."""
         self._read = 0
         api, namespace = self.ctx.api, self.ctx.namespace
+        placer = AnchorPlacer(self.ctx.ledger.policy, start) if self.anchoring else None
         loop = asyncio.get_running_loop()
-        policy = self.ctx.ledger.policy
-        placer = AnchorPlacer(policy, start, loop.time()) if self.anchoring else None
         try:
             async with api.stream_log(namespace, instance.pod, self.container) as response:
                 lines = StreamedLines(response, self.ctx.max_line, self._unfinished_changed)
@@ -732,9 +731,6 @@ class ReplicaFollower:
             return  # the connection broke: the caller reconnects or finishes from a full read
         finally:
             self._stop_partials()
-            last = placer.last() if placer else None
-            if last is not None:
-                self.ctx.ledger.leave_anchor(self.replica, instance.key, last)
 
     def _unfinished_changed(self) -> None:
         """At most one look per PARTIAL_INTERVAL: at once after a quiet interval, else at its
