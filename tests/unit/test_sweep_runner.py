@@ -136,3 +136,23 @@ async def test_cancelling_a_sweep_stops_its_running_trials_and_run_returns_witho
     trials = await asyncio.wait_for(task, 5)
     assert [t.state for t in trials] == ["cancelled", "cancelled", "queued", "queued"]
     assert len(client.jobs) == 2
+
+
+async def test_a_trial_cancelled_from_outside_ends_the_sweep_and_its_other_trials() -> None:
+    client = FakeClient()
+    run = SweepRun(client, TEMPLATE, sweep((0.1, 0.2, 0.3, 0.4)))  # type: ignore[arg-type]
+    task = asyncio.create_task(run.run())
+    await asyncio.sleep(0.02)
+    await client.cancel("job-0")  # as the sidebar or `distrun cancel` would
+    trials = await asyncio.wait_for(task, 5)
+    assert [t.state for t in trials] == ["cancelled", "cancelled", "queued", "queued"]
+    assert client.cancelled == {"job-0", "job-1"} and len(client.jobs) == 2
+
+
+async def test_each_trial_carries_the_sweep_definition_for_whoever_lists_it() -> None:
+    client = FakeClient()
+    run = SweepRun(client, TEMPLATE, sweep((0.1, 0.2)))  # type: ignore[arg-type]
+    await run.run()
+    definition = json.loads(client.jobs["job-1"]["spec"]["env"]["DISTRUN_SWEEP_SPEC"])
+    assert definition["objective"] == {"metric": "loss", "goal": "min", "read": "last"}
+    assert definition["params"] == {"lr": {"values": [0.1, 0.2]}}

@@ -18,9 +18,16 @@ from typing import Any
 from distrun.client.base import Client, LinesEvent, StatusEvent
 from distrun.core.errors import DistrunError
 from distrun.core.logs import LogLine
-from distrun.core.metrics import parse_line
+from distrun.core.metric_series import MetricSeries
 from distrun.core.spec import JobSpec
-from distrun.core.sweep import SweepSpec, Value, expand, median_stop, objective_value
+from distrun.core.sweep import (
+    SweepSpec,
+    Value,
+    expand,
+    median_stop,
+    objective_value,
+    to_dict,
+)
 from distrun.core.trial_env import trial_env, trial_of
 
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -41,11 +48,21 @@ class Trial:
     params: dict[str, Value]
     job_id: str | None = None
     state: str = "queued"  # then the job's state, or "stopped" by the stopping rule
-    history: list[tuple[float, float]] = field(default_factory=list)  # (step, objective)
-    metrics: dict[str, float] = field(default_factory=dict)  # each metric's last value
+    readings: MetricSeries = field(default_factory=MetricSeries)  # of its first replica's log
     started: float | None = None  # monotonic
     ended: float | None = None
     error: str | None = None  # why it could not be submitted
+    objective: str | None = None
+
+    @property
+    def history(self) -> list[tuple[float, float]]:
+        """(step, objective) as reported."""
+        return self.readings.points(self.objective) if self.objective else []
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """Each metric's last value."""
+        return self.readings.last
 
     @property
     def seconds(self) -> float | None:
@@ -53,26 +70,14 @@ class Trial:
             return None
         return (self.ended or time.monotonic()) - self.started
 
-    def read_all(self, lines: list[LogLine], objective: str | None) -> bool:
+    def read_all(self, lines: list[LogLine]) -> bool:
         """Takes lines of its log; True when one reported the objective."""
-        reported = [self.read(line.text, objective) for line in lines]
+        reported = [self.objective in self.readings.read(line.text) for line in lines]
         return any(reported)
 
-    def read(self, text: str, objective: str | None) -> bool:
-        """Takes a line of its log; True when it reported the objective."""
-        parsed = parse_line(text)
-        reported = False
-        for name, value in parsed.metrics:
-            self.metrics[name] = value
-            if name == objective:  # a line without a step counts as the next report
-                step = parsed.step if parsed.step is not None else len(self.history) + 1
-                self.history.append((step, value))
-                reported = True
-        return reported
 
-
-def trial_spec(template: JobSpec, sweep_id: str, trial: Trial) -> JobSpec:
-    env = {**template.env, **trial_env(sweep_id, trial.number, trial.params)}
+def trial_spec(template: JobSpec, sweep: SweepSpec, sweep_id: str, trial: Trial) -> JobSpec:
+    env = {**template.env, **trial_env(sweep_id, trial.number, trial.params, to_dict(sweep))}
     name = f"{template.name}-t{trial.number}"[:40]
     return dataclasses.replace(template, env=env, name=name)
 
@@ -90,11 +95,15 @@ class SweepRun:
     ) -> None:
         self.client, self.template, self.sweep = client, template, sweep
         self.id = sweep_id or new_sweep_id()
-        self.trials = [Trial(n, params) for n, params in enumerate(expand(sweep))]
+        objective = sweep.objective.metric if sweep.objective else None
+        self.trials = [
+            Trial(n, params, objective=objective) for n, params in enumerate(expand(sweep))
+        ]
         self.on_change = on_change
         self._ended = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
+        self._cancelled = False  # the running trials were asked to stop
 
     @property
     def objective(self) -> str | None:
@@ -125,7 +134,9 @@ class SweepRun:
                 while queued and not self._stopping and len(self._running()) < self.sweep.parallel:
                     await self._start(queued.pop(0))
                 self._ended.clear()
-                if self._running():
+                if self._stopping and not self._cancelled:
+                    await self.cancel()  # a trial was cancelled from outside: so are the rest
+                elif self._running():
                     await self._ended.wait()
         finally:
             await self.cancel()
@@ -137,7 +148,7 @@ class SweepRun:
     async def cancel(self) -> None:
         """Starts no more trials and stops those still running (an interrupted sweep leaves
         nothing behind); `run` returns once they have ended."""
-        self._stopping = True
+        self._stopping = self._cancelled = True
         for trial in self._running():
             if trial.job_id is not None:
                 await self._cancel_quietly(trial.job_id)
@@ -150,7 +161,7 @@ class SweepRun:
 
     async def _start(self, trial: Trial) -> None:
         try:
-            job = await self.client.submit(trial_spec(self.template, self.id, trial))
+            job = await self.client.submit(trial_spec(self.template, self.sweep, self.id, trial))
         except DistrunError as error:
             trial.state, trial.error = "failed", str(error)
             self.on_change(self)
@@ -168,7 +179,7 @@ class SweepRun:
             async for event in self.client.follow(trial.job_id, replicas=[first]):
                 if isinstance(event, StatusEvent):
                     self._status(trial, event.job)
-                elif isinstance(event, LinesEvent) and trial.read_all(event.lines, self.objective):
+                elif isinstance(event, LinesEvent) and trial.read_all(event.lines):
                     await self._judge(trial)
                     self.on_change(self)
         except DistrunError:
@@ -180,6 +191,11 @@ class SweepRun:
         self.on_change(self)
 
     def _status(self, trial: Trial, job: dict[str, Any]) -> None:
+        if job["state"] == "cancelled" and trial.state != "stopped" and not self._stopping:
+            # Cancelled by someone else (the sidebar, `distrun cancel`, the sweep's cancel):
+            # the sweep ends; no trial has a record of its own to say "stop here" otherwise.
+            self._stopping = True
+            self._ended.set()
         if trial.state != "stopped":
             trial.state = job["state"]
         if job["state"] in TERMINAL:

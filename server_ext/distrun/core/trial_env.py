@@ -7,10 +7,12 @@ DISTRUN_PARAM_<NAME> each one alone (DISTRUN_PARAM_LR=0.01), for shell scripts a
 
 import json
 from collections.abc import Mapping
+from typing import Any
 
 PARAMS_ENV = "DISTRUN_PARAMS"
 PARAM_ENV_PREFIX = "DISTRUN_PARAM_"
 SWEEP_ENV = "DISTRUN_SWEEP"
+SWEEP_SPEC_ENV = "DISTRUN_SWEEP_SPEC"  # the sweep's definition, as core/sweep.to_dict writes it
 
 
 def params_env(params: Mapping[str, int | float | str]) -> dict[str, str]:
@@ -24,14 +26,35 @@ def params_env(params: Mapping[str, int | float | str]) -> dict[str, str]:
 
 
 def trial_env(
-    sweep_id: str, number: int, params: Mapping[str, int | float | str]
+    sweep_id: str,
+    number: int,
+    params: Mapping[str, int | float | str],
+    definition: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
-    """A trial's parameters and which sweep and trial it is (DISTRUN_SWEEP, "<id>/<number>":
-    what groups a sweep's trials wherever jobs are listed)."""
-    return {**params_env(params), SWEEP_ENV: f"{sweep_id}/{number}"}
+    """A trial's parameters, which sweep and trial it is (DISTRUN_SWEEP, "<id>/<number>": what
+    groups a sweep's trials wherever jobs are listed) and the sweep's `definition` (its
+    objective and size, for whoever shows the sweep from its trials alone)."""
+    env = {**params_env(params), SWEEP_ENV: f"{sweep_id}/{number}"}
+    if definition is not None:
+        env[SWEEP_SPEC_ENV] = json.dumps(definition, separators=(",", ":"))
+    return env
 
 
 def trial_of(env: Mapping[str, str]) -> tuple[str, int] | None:
     """(sweep id, trial number) of a job whose environment is `env`, when it is a trial."""
     sweep_id, _, number = env.get(SWEEP_ENV, "").partition("/")
     return (sweep_id, int(number)) if sweep_id and number.isdigit() else None
+
+
+def sweep_definition(env: Mapping[str, str]) -> Any:
+    """The sweep definition a trial carries (JSON, unchecked), or None."""
+    try:
+        return json.loads(env[SWEEP_SPEC_ENV])
+    except (KeyError, ValueError):
+        return None
+
+
+def without_trial_env(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` less what makes a job a sweep's trial (its parameters stay): a trial run again
+    on its own."""
+    return {k: v for k, v in env.items() if k not in (SWEEP_ENV, SWEEP_SPEC_ENV)}

@@ -118,6 +118,23 @@ class DistrunHandler(ExtensionHandlerMixin, DomainErrorHandler):
                 "ship large data through a volume or object storage"
             )
 
+    async def owned_jobs(self, engine_name: str | None) -> tuple[list[Job], dict[str, str]]:
+        """The user's jobs on one engine or all, newest first, and each engine that could not
+        list them with why (an engine named alone raises instead)."""
+        registry = self.app.registry
+        engines = [registry.get(engine_name)] if engine_name else registry.all()
+        jobs: list[Job] = []
+        engine_errors: dict[str, str] = {}
+        for engine in engines:
+            try:
+                jobs += await engine.list_jobs(self.owner)
+            except EngineError as err:
+                if engine_name:
+                    raise
+                engine_errors[engine.name] = str(err)
+        jobs.sort(key=lambda job: job.created_at, reverse=True)
+        return jobs, engine_errors
+
     def data_received(self, chunk: bytes) -> None:
         self._body += chunk
 
@@ -164,18 +181,7 @@ class JobsHandler(DistrunHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        name = self.get_argument("engine", None)
-        engines = [self.app.registry.get(name)] if name else self.app.registry.all()
-        jobs: list[Job] = []
-        engine_errors: dict[str, str] = {}
-        for engine in engines:
-            try:
-                jobs += await engine.list_jobs(self.owner)
-            except EngineError as err:
-                if name:
-                    raise
-                engine_errors[engine.name] = str(err)
-        jobs.sort(key=lambda job: job.created_at, reverse=True)
+        jobs, engine_errors = await self.owned_jobs(self.get_argument("engine", None))
         body: dict[str, Any] = {"jobs": [job.to_json() for job in jobs]}
         if engine_errors:
             body["engine_errors"] = engine_errors

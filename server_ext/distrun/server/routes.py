@@ -10,11 +10,18 @@ from distrun.server.handlers import (
     LogsHandler,
 )
 from distrun.server.log_stream import LogStreamHandler
+from distrun.server.sweeps import (
+    MetricsHandler,
+    SweepCancelHandler,
+    SweepHandler,
+    SweepsHandler,
+)
 
 
 def routes() -> list[tuple[str, type[web.RequestHandler]]]:
     """The extension's routes, relative to the server's base URL."""
     job = r"distrun/jobs/(?P<job_id>[^/]+)"
+    sweep = r"distrun/sweeps/(?P<sweep_id>[^/]+)"
     return [
         (r"distrun/engines", EnginesHandler),
         (r"distrun/jobs", JobsHandler),
@@ -22,4 +29,8 @@ def routes() -> list[tuple[str, type[web.RequestHandler]]]:
         (job + r"/cancel", CancelHandler),
         (job + r"/logs", LogsHandler),
         (job + r"/logs/stream", LogStreamHandler),
+        (r"distrun/metrics", MetricsHandler),
+        (r"distrun/sweeps", SweepsHandler),
+        (sweep, SweepHandler),
+        (sweep + r"/cancel", SweepCancelHandler),
     ]

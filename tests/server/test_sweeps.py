@@ -1,0 +1,124 @@
+"""The sweep resource and the metrics comparison through a real jupyter_server: a sweep read from
+its trials alone (jobs submitted as the sweep runner submits them), their objective read from
+the first replica's log, cancel and delete reaching every trial, one user never reaching
+another's sweep. The document checks run in test_openapi.py's manner."""
+
+from typing import Any
+
+import pytest
+
+from distrun.client.sweep_runner import Trial, trial_spec
+from distrun.core.job import JobState
+from distrun.core.spec import JobSpec
+from distrun.core.sweep import EarlyStop, Objective, Param, SweepSpec, Values
+from tests.fake_engine import FakeEngine
+from tests.server.conftest import BOB, CAROL
+from tests.server.test_openapi import checked  # noqa: F401  (the fixture)
+from tests.server.test_rest import expect_error
+
+TEMPLATE = JobSpec.from_dict({"framework": "pytorch", "code": "pass\n", "name": "fit"})
+SWEEP = SweepSpec(
+    params=(Param("lr", Values((0.1, 0.2, 0.3, 0.4, 0.5))),),
+    objective=Objective("loss", "min"),
+    early_stop=EarlyStop("median", after=2, min_trials=2),
+)
+
+
+async def start_trial(api: Any, number: int, lr: float, **kwargs: Any) -> dict[str, Any]:
+    spec = trial_spec(TEMPLATE, SWEEP, "sweep-abc123", Trial(number, {"lr": lr}))
+    job: dict[str, Any] = await api("jobs", method="POST", body={"spec": spec.to_dict()}, **kwargs)
+    return job
+
+
+def report(engine: FakeEngine, job_id: str, losses: list[float]) -> None:
+    texts = [f"step {step} loss={loss}" for step, loss in enumerate(losses, 1)]
+    engine.emit(job_id, "master-0", *texts)
+    engine.emit(job_id, "worker-0", "loss=0.0")  # only the first replica counts
+
+
+@pytest.fixture
+async def three_trials(api: Any, fake_engine: FakeEngine) -> list[dict[str, Any]]:
+    """Trials 0-2 of five: #0 and #1 done, #2 cancelled behind them (as the median rule does)."""
+    trials = [await start_trial(api, n, lr) for n, lr in enumerate((0.1, 0.2, 0.3))]
+    report(fake_engine, trials[0]["id"], [3.0, 2.0, 1.5])
+    report(fake_engine, trials[1]["id"], [3.0, 1.0, 0.5])
+    report(fake_engine, trials[2]["id"], [4.0, 3.5])
+    fake_engine.finish(trials[0]["id"])
+    fake_engine.finish(trials[1]["id"])
+    fake_engine.finish(trials[2]["id"], JobState.CANCELLED)
+    await api("jobs", method="POST", body={"spec": TEMPLATE.to_dict()})  # not a trial
+    return trials
+
+
+async def test_a_sweep_reads_from_its_trials_with_the_best_and_the_stopped_one(api, three_trials):
+    sweep = await api("sweeps", "sweep-abc123")
+    assert (sweep["id"], sweep["name"], sweep["trials_total"]) == ("sweep-abc123", "fit", 5)
+    assert sweep["counts"] == {"succeeded": 2, "stopped": 1, "queued": 2}
+    assert sweep["best"] == 1 and not sweep["ended"]
+    assert sweep["definition"]["objective"] == {"metric": "loss", "goal": "min", "read": "last"}
+    rows = {row["number"]: row for row in sweep["trials"]}
+    assert [rows[n]["objective"] for n in (0, 1, 2)] == [1.5, 0.5, 3.5]
+    assert rows[1]["params"] == {"lr": 0.2} and rows[1]["job_id"] == three_trials[1]["id"]
+    assert rows[1]["series"]["loss"] == [[1.0, 3.0], [2.0, 1.0], [3.0, 0.5]]
+    assert rows[1]["metrics"] == {"loss": 0.5}
+
+
+async def test_the_sweep_list_groups_trials_without_reading_logs(api, three_trials):
+    body = await api("sweeps")
+    assert [sweep["id"] for sweep in body["sweeps"]] == ["sweep-abc123"]
+    (sweep,) = body["sweeps"]
+    assert [row["number"] for row in sweep["trials"]] == [0, 1, 2]
+    assert all("series" not in row for row in sweep["trials"])
+    assert sweep["counts"]["queued"] == 2
+
+
+async def test_cancel_stops_every_running_trial_and_delete_removes_them_all(api, fake_engine):
+    trials = [await start_trial(api, n, lr) for n, lr in enumerate((0.1, 0.2))]
+    fake_engine.finish(trials[0]["id"])
+    sweep = await api("sweeps", "sweep-abc123", "cancel", method="POST", body={})
+    assert [row["state"] for row in sweep["trials"]] == ["succeeded", "cancelled"]
+    assert fake_engine.job(trials[1]["id"]).state == JobState.CANCELLED
+    await api("sweeps", "sweep-abc123", method="DELETE")
+    assert (await api("jobs"))["jobs"] == []
+    await expect_error(api, 404, "sweeps", "sweep-abc123")
+
+
+async def test_one_user_never_reaches_anothers_sweep(api, three_trials, fake_engine):
+    assert (await api("sweeps", headers=BOB))["sweeps"] == []
+    for method, path in (("GET", ()), ("DELETE", ()), ("POST", ("cancel",))):
+        body = {} if method == "POST" else None
+        await expect_error(
+            api, 404, "sweeps", "sweep-abc123", *path, method=method, body=body, headers=BOB
+        )
+    await expect_error(api, 404, "metrics", params={"job": three_trials[0]["id"]}, headers=BOB)
+    await expect_error(
+        api, 403, "sweeps", "sweep-abc123", "cancel", method="POST", body={}, headers=CAROL
+    )
+    assert fake_engine.job(three_trials[0]["id"]).state == JobState.SUCCEEDED
+
+
+async def test_jobs_metrics_side_by_side(api, checked, three_trials):  # noqa: F811
+    ids = [trial["id"] for trial in three_trials[:2]]
+    status, body = await checked("GET", f"/distrun/metrics?job={ids[0]}&job={ids[1]}")
+    assert status == 200
+    assert [job["id"] for job in body["jobs"]] == ids
+    assert body["jobs"][1]["series"]["loss"][-1] == [3.0, 0.5]
+    message = (await expect_error(api, 400, "metrics"))["message"]
+    assert "?job=<id>" in message
+    await expect_error(api, 404, "metrics", params={"job": "no-such-job"})
+
+
+async def test_a_bad_sweep_id_is_a_404_with_a_message(api):
+    body = await expect_error(api, 404, "sweeps", "NOT..valid")
+    assert "no sweep" in body["message"]
+
+
+async def test_sweep_responses_match_the_document(checked, three_trials):  # noqa: F811
+    assert (await checked("GET", "/distrun/sweeps"))[0] == 200
+    assert (await checked("GET", "/distrun/sweeps/sweep-abc123"))[0] == 200
+    job = three_trials[0]["id"]
+    assert (await checked("GET", f"/distrun/metrics?job={job}"))[0] == 200
+    assert (await checked("GET", "/distrun/metrics", valid_request=False))[0] == 400
+    assert (await checked("POST", "/distrun/sweeps/sweep-abc123/cancel", {}))[0] == 200
+    assert await checked("DELETE", "/distrun/sweeps/sweep-abc123") == (204, "")
+    assert (await checked("GET", "/distrun/sweeps/sweep-abc123"))[0] == 404
