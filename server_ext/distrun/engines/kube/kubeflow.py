@@ -2,11 +2,16 @@
 and MPIJob, chosen by the spec's framework. The operator creates the pods and injects the
 framework's variables; status comes from the job's conditions."""
 
-from distrun.core.errors import NotFound
+import contextlib
+
+from distrun.core import jobids
+from distrun.core.errors import DistrunError, NotFound
 from distrun.core.job import JobState
 from distrun.core.spec import JobSpec
+from distrun.core.sweep import SweepSpec
 from distrun.engines.kube.client import CONFIGMAPS, KubeApi, Obj, Resource
 from distrun.engines.kube.engine import KubeEngine, Phase, conditions_phase
+from distrun.engines.kube.katib import EXPERIMENTS, experiment_configmap, katib_experiment
 from distrun.engines.kube.manifests.common import Target
 from distrun.engines.kube.manifests.configmap import CodeBundle, code_bundle
 from distrun.engines.kube.manifests.kubeflow import (
@@ -49,6 +54,26 @@ class KubeflowEngine(KubeEngine):
     def build(self, spec: JobSpec, target: Target) -> tuple[Obj, CodeBundle]:
         bundle = code_bundle(spec, target)
         return kubeflow_job(spec, target, self.options, bundle), bundle
+
+    async def submit_experiment(self, spec: JobSpec, sweep: SweepSpec, owner: str) -> Obj:
+        """`sweep` of the job `spec` as a Katib Experiment (katib.py), for clusters with Katib:
+        the Experiment, named like a job, then the code ConfigMap its trials mount, owned by
+        it (trial pods created before it wait for their volume). If the ConfigMap cannot be
+        made, the Experiment goes too. Returns the Experiment as created."""
+        api = await self.api()
+        namespace = self._namespace(spec, owner)
+        target = Target(jobids.new_job_id(spec.name), namespace, owner)
+        job, code = self.build(spec, target)
+        experiment = katib_experiment(sweep, job, namespace, target.job_id)
+        created = await api.create(EXPERIMENTS, namespace, experiment, "create the experiment")
+        configmap = experiment_configmap(code.configmap, created)
+        try:
+            await api.create(CONFIGMAPS, namespace, configmap, "store the experiment's code")
+        except DistrunError:
+            with contextlib.suppress(DistrunError):
+                await api.delete(EXPERIMENTS, namespace, target.job_id, "remove it")
+            raise
+        return created
 
     def pod_selector(self, job_id: str) -> str:
         return f"{LABEL_JOB_NAME}={job_id}"
