@@ -37,6 +37,7 @@ import {
   choiceFromSpec,
   choiceToOverrides,
   hasMagicHeader,
+  hasSweepHeader,
   IRunChoice
 } from './run/header';
 import { distrunIcon } from './common/icons';
@@ -45,6 +46,7 @@ import { distrunIcon } from './common/icons';
 import { JobListPanel } from './sidebar/sidebar';
 import { CommandIDs, PLUGIN_ID, TRANSLATION_DOMAIN } from './common/tokens';
 import { logViewerPlugin } from './logviewer/viewerplugin';
+import { sweepPlugin } from './sweep/sweepplugin';
 
 const LAST_CHOICE_KEY = `${PLUGIN_ID}:last-choice`;
 
@@ -206,6 +208,16 @@ function addCommands(
       const { runCellDistributed, selectedSource } =
         await import('./run/runcell');
       const cell = selectedSource(panel);
+      if (hasSweepHeader(cell)) {
+        const { runSweepInKernel } = await import('./run/sweepcell');
+        form.clearErrors();
+        const problem = await runSweepInKernel(panel);
+        if (problem) {
+          void showErrorMessage(trans.__('Cannot run the sweep'), problem);
+        }
+        await sidebar.refresh();
+        return;
+      }
       // Before the form knows the server's frameworks, fall back to the remembered choice.
       const overrides =
         form.overridesFor(cell) ??
@@ -348,4 +360,4 @@ function cancelJobsOnInterrupt(
   });
 }
 
-export default [plugin, logViewerPlugin];
+export default [plugin, logViewerPlugin, sweepPlugin];

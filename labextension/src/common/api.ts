@@ -6,7 +6,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { IJob, IJobList, ISubmitCell } from './model';
+import { IJob, IJobList, IJobMetrics, ISubmitCell, ISweep } from './model';
 
 /** A failed request: the HTTP status (0 when the server was unreachable) and its message. */
 export class DistrunAPIError extends Error {
@@ -69,6 +69,10 @@ export function listJobs(): Promise<IJobList> {
   return requestAPI<IJobList>('jobs');
 }
 
+export function getJob(id: string): Promise<IJob> {
+  return requestAPI<IJob>(`jobs/${encodeURIComponent(id)}`);
+}
+
 export function submitCell(body: ISubmitCell): Promise<IJob> {
   return requestAPI<IJob>('jobs', {
     method: 'POST',
@@ -108,4 +112,27 @@ export function logStreamUrl(
     query.push(`token=${encodeURIComponent(settings.token)}`);
   }
   return query.length ? `${base}?${query.join('&')}` : base;
+}
+
+export function getSweep(id: string): Promise<ISweep> {
+  return requestAPI<ISweep>(`sweeps/${encodeURIComponent(id)}`);
+}
+
+export function cancelSweep(id: string): Promise<ISweep> {
+  return requestAPI<ISweep>(`sweeps/${encodeURIComponent(id)}/cancel`, {
+    method: 'POST'
+  });
+}
+
+export function deleteSweep(id: string): Promise<void> {
+  return requestAPI<void>(`sweeps/${encodeURIComponent(id)}`, {
+    method: 'DELETE'
+  });
+}
+
+/** Each job's metrics as its first replica's log reported them. */
+export async function jobsMetrics(ids: string[]): Promise<IJobMetrics[]> {
+  const query = ids.map(id => `job=${encodeURIComponent(id)}`).join('&');
+  const body = await requestAPI<{ jobs: IJobMetrics[] }>(`metrics?${query}`);
+  return body.jobs;
 }

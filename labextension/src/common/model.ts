@@ -100,3 +100,71 @@ export function isJobId(value: unknown): value is string {
     /^[a-z]([-a-z0-9]*[a-z0-9])?$/.test(value)
   );
 }
+
+/** A metric's points: [step, value] (a line naming no step counts as the next report). */
+export type MetricPoint = [step: number, value: number];
+
+export interface ISweepTrial {
+  number: number;
+  job_id: string;
+  params: Record<string, number | string>;
+  /** The job's state, or 'stopped' when the median rule stopped it. */
+  state: JobState | 'stopped';
+  objective: number | null;
+  started_at: number | null;
+  finished_at: number | null;
+  /** Present when the server read the trial's log (one sweep, not the list). */
+  metrics?: Record<string, number>;
+  series?: Record<string, MetricPoint[]>;
+}
+
+export interface ISweepObjective {
+  metric: string;
+  goal: 'min' | 'max';
+  read: 'last' | 'best';
+}
+
+export interface ISweep {
+  id: string;
+  name: string;
+  engine: string | null;
+  definition: {
+    params: Record<string, Record<string, unknown[]>>;
+    objective: ISweepObjective | null;
+    [field: string]: unknown;
+  } | null;
+  trials_total: number;
+  counts: Record<string, number>;
+  ended: boolean;
+  created_at: number | null;
+  best: number | null;
+  trials: ISweepTrial[];
+}
+
+export interface IJobMetrics {
+  id: string;
+  metrics: Record<string, number>;
+  series: Record<string, MetricPoint[]>;
+}
+
+/** The environment variable naming a trial's sweep and number: "<sweep id>/<n>". */
+export const SWEEP_ENV = 'DISTRUN_SWEEP';
+/** What a trial's environment carries beyond its parameters, to be a sweep's trial. */
+export const TRIAL_ONLY_ENV: ReadonlySet<string> = new Set([
+  SWEEP_ENV,
+  'DISTRUN_SWEEP_SPEC'
+]);
+
+/** [sweep id, trial number] of a job that is a sweep's trial, else null. */
+export function trialOf(job: IJob): [string, number] | null {
+  const env = (job.spec.env ?? {}) as Record<string, string>;
+  const match = /^([^/]+)\/(\d+)$/.exec(env[SWEEP_ENV] ?? '');
+  return match ? [match[1], Number(match[2])] : null;
+}
+
+/** The spec less what made it a trial (its parameters stay): a trial run again on its own. */
+export function withoutTrialEnv(spec: IJobSpec): IJobSpec {
+  const env = (spec.env ?? {}) as Record<string, string>;
+  const kept = Object.entries(env).filter(([key]) => !TRIAL_ONLY_ENV.has(key));
+  return { ...spec, env: Object.fromEntries(kept) };
+}

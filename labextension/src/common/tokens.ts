@@ -18,6 +18,10 @@ export namespace CommandIDs {
   export const downloadLogs = 'distrun:download-logs';
   export const logsFirstError = 'distrun:logs-first-error';
   export const logsToggleFollow = 'distrun:logs-toggle-follow';
+  export const openSweep = 'distrun:open-sweep';
+  export const cancelSweep = 'distrun:cancel-sweep';
+  export const deleteSweep = 'distrun:delete-sweep';
+  export const compareJobs = 'distrun:compare-jobs';
 }
 
 /** The gettext domain of every UI string. */

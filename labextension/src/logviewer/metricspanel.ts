@@ -6,7 +6,7 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
 
-import { IChartSeries, renderChart } from './chart';
+import { IChartSeries, renderChart } from '../common/chart';
 import { replicaColorIndex } from '../common/colors';
 import { MetricStore } from './metrics';
 

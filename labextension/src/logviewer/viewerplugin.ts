@@ -22,7 +22,8 @@ import {
 } from '@jupyterlab/translation';
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
-import { IJob, isJobId } from '../common/model';
+import { getJob } from '../common/api';
+import { IJob, isJobId, withoutTrialEnv } from '../common/model';
 import type { LogViewer } from './logviewer';
 import { CommandIDs, PLUGIN_ID, TRANSLATION_DOMAIN } from '../common/tokens';
 
@@ -134,9 +135,9 @@ function addCommands(
     describedBy: JOB_ID_ARGS,
     execute: async args => {
       try {
-        const { getJob, submitSpec } = await import('../run/jobactions');
+        const { submitSpec } = await import('../run/jobactions');
         const job = await getJob(jobId(args));
-        await opened(await submitSpec(job.spec));
+        await opened(await submitSpec(withoutTrialEnv(job.spec)));
       } catch (error) {
         void showErrorMessage(
           trans.__('Cannot run the job again'),
@@ -156,9 +157,10 @@ function addCommands(
     describedBy: JOB_ID_ARGS,
     execute: async args => {
       try {
-        const { editAndRunAgain, getJob } = await import('../run/jobactions');
+        const { editAndRunAgain } = await import('../run/jobactions');
         const job = await getJob(jobId(args));
-        await opened(await editAndRunAgain(job, trans as TranslationBundle));
+        const alone = { ...job, spec: withoutTrialEnv(job.spec) };
+        await opened(await editAndRunAgain(alone, trans as TranslationBundle));
       } catch (error) {
         void showErrorMessage(
           trans.__('Cannot run the job again'),

@@ -24,6 +24,29 @@ export function hasMagicHeader(cell: string): boolean {
   return false;
 }
 
+const SWEEP_CIAO_LINE = /^%\s*sweep\.[A-Za-z_]\w*\s*=/;
+const SWEEP_FLAG = /\s--sweep(\s|=)/;
+
+/** Whether the cell's header declares a parameter sweep (`%sweep.x=...`, `--sweep x=...`). */
+export function hasSweepHeader(cell: string): boolean {
+  for (const raw of cell.split('\n')) {
+    const line = raw.trim();
+    if (line === '' || line.startsWith('#')) {
+      continue;
+    }
+    if (CELL_MAGIC.test(line)) {
+      return SWEEP_FLAG.test(line);
+    }
+    if (SWEEP_CIAO_LINE.test(line)) {
+      return true;
+    }
+    if (!CIAO_LINE.test(line)) {
+      return false;
+    }
+  }
+  return false;
+}
+
 /** What a header-less cell runs as: a framework and optional replica counts per role. */
 export interface IRunChoice {
   framework: string;

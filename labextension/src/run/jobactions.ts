@@ -13,10 +13,6 @@ import { DistrunAPIError, requestAPI, submitCell } from '../common/api';
 import { IJob, IJobSpec } from '../common/model';
 import { cellFromSpec } from '../common/specheader';
 
-export function getJob(id: string): Promise<IJob> {
-  return requestAPI<IJob>(`jobs/${encodeURIComponent(id)}`);
-}
-
 /** Submits `spec` unchanged as a new job. */
 export function submitSpec(spec: IJobSpec): Promise<IJob> {
   return requestAPI<IJob>('jobs', {

@@ -8,7 +8,7 @@ import asyncio
 import gc
 import getpass
 import os
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +119,7 @@ class DistrunApp(ExtensionApp):
         self._registry: EngineRegistry | None = None
         # Open log websockets: follower task -> its handler.
         self.streams: dict[asyncio.Task[None], WebSocketHandler] = {}
+        self._token_file: Path | None = None
 
     @property
     def registry(self) -> EngineRegistry:
@@ -137,11 +138,16 @@ class DistrunApp(ExtensionApp):
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         """Runs once the server's event loop does, after every extension has loaded."""
+        self._token_file = point_kernels_here(serverapp, os.environ)
         if self.freeze_startup_heap:
             gc.collect()  # start-up's garbage goes now, not into the permanent generation
             gc.freeze()
 
     async def stop_extension(self) -> None:
+        if self._token_file is not None:
+            self._token_file.unlink(missing_ok=True)
+            os.environ.pop("DISTRUN_URL", None)
+            os.environ.pop("DISTRUN_TOKEN_FILE", None)
         tasks = list(self.streams)
         for task in tasks:
             task.cancel()
@@ -180,3 +186,24 @@ class DistrunApp(ExtensionApp):
         for name, factory in self.engine_factories.items():
             engines[name] = factory(self)
         return engines
+
+
+def point_kernels_here(serverapp: Any, environ: MutableMapping[str, str]) -> Path | None:
+    """Has the kernels this server starts send their jobs here (the kernel magic reads
+    DISTRUN_URL and DISTRUN_TOKEN_FILE): its URL, and its token in a file only its user can
+    read, named by path (a kernel's environment holds no secret). Kernels inherit the server's
+    environment; remote (gateway) kernels do not, and one already pointed elsewhere is left so.
+    Returns the token file, removed when the server stops; None when nothing was set."""
+    token = getattr(getattr(serverapp, "identity_provider", None), "token", "")
+    if "DISTRUN_URL" in environ or not token:
+        return None
+    runtime = Path(serverapp.runtime_dir)
+    runtime.mkdir(parents=True, exist_ok=True)
+    path = runtime / f"distrun-token-{os.getpid()}"
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(token + "\n")
+    environ["DISTRUN_URL"] = serverapp.connection_url
+    environ["DISTRUN_TOKEN_FILE"] = str(path)
+    return path

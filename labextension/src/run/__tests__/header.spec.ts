@@ -1,4 +1,9 @@
-import { choiceFromSpec, choiceToOverrides, hasMagicHeader } from '../header';
+import {
+  choiceFromSpec,
+  choiceToOverrides,
+  hasMagicHeader,
+  hasSweepHeader
+} from '../header';
 
 describe('hasMagicHeader', () => {
   it.each([
@@ -63,5 +68,25 @@ describe('choiceFromSpec', () => {
         roles: { worker: { replicas: 2 }, ps: { replicas: 1 } }
       })
     ).toEqual({ framework: 'tensorflow', replicas: { worker: 2, ps: 1 } });
+  });
+});
+
+describe('hasSweepHeader', () => {
+  it.each([
+    '%framework=pytorch\n%sweep.lr=0.1,0.01\n%objective=loss:min\nprint(1)',
+    '# sweep\n%sweep.lr = uniform(0,1)\nprint(1)',
+    '%%distrun --framework pytorch --sweep lr=0.1,0.01\nprint(1)',
+    '%%distrun --sweep=lr=0.1,0.01\nprint(1)'
+  ])('sees a sweep in %p', cell => {
+    expect(hasSweepHeader(cell)).toBe(true);
+  });
+
+  it.each([
+    '%framework=pytorch\n%worker=2\nprint(1)',
+    '%%distrun --framework pytorch\n%sweep.lr=0.1\nprint(1)',
+    'print(1)\n%sweep.lr=0.1',
+    '%env X=1\n%sweep.lr=0.1'
+  ])('sees no sweep in %p', cell => {
+    expect(hasSweepHeader(cell)).toBe(false);
   });
 });
