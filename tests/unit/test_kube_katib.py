@@ -225,6 +225,11 @@ def test_what_the_stdout_filters_do_not_read_as_distrun_does(line: str) -> None:
     assert ("loss", "0.25") not in found
 
 
+def test_no_filter_holds_a_semicolon_katibs_pod_webhook_joins_them_with() -> None:
+    assert not any(";" in pattern for pattern in METRIC_FORMATS)
+    assert all(re.compile(pattern).groups == 2 for pattern in METRIC_FORMATS)
+
+
 def test_the_collector_is_stdout_with_the_filters() -> None:
     collector = experiment(grid(Param("lr", Values((0.1, 0.2)))))["spec"]["metricsCollectorSpec"]
     assert collector == {
@@ -299,6 +304,7 @@ def test_every_replica_gets_the_parameters_and_the_trial_through_placeholders() 
         assert variables["DISTRUN_SWEEP"] == "train-abcde/${trialParameters.distrun-trial}"
         assert variables["DISTRUN_JOB_ID"] == "${trialParameters.distrun-trial}"
         assert variables["DISTRUN_REPLICA"] == "$(DISTRUN_ROLE)-$(DISTRUN_REPLICA_INDEX)"
+        assert json.loads(variables["DISTRUN_SWEEP_SPEC"])["search"] == "random"
         substituted = substitute(variables["DISTRUN_PARAMS"], {"lr": "0.0123", "opt": "sgd"})
         assert json.loads(substituted) == {"lr": 0.0123, "opt": "sgd"}
 

@@ -20,23 +20,25 @@ medianstop services):
   `key: value` forms (Keras' `- loss: 0.3` too). What does not map: the spaced form
   (`loss 0.31`), values in `[...]` or `tensor(...)`, `N/M`, the rule that a number must end
   cleanly, keys in another case (Katib compares names exactly: print `loss`, not `Loss`), and
-  steps (Katib orders values as they come).
+  steps (Katib orders values as they come). The collector redirects the primary container's
+  output into a file its sidecar reads: that replica's lines do not reach distrun's logs.
 - early stopping: `medianstop` with `min_trials_required` and `start_step` (at least 1: Katib
   counts reported values, not steps, so step 0 becomes 1). Katib's service compares a running
   trial with the average of the succeeded trials' first `start_step` values, not with the
   median of every trial's best by the same step as distrun does.
 - the trial template: the job without name and namespace; every replica's environment gets
   `DISTRUN_PARAM_<NAME>` = `${trialParameters.<name>}`, `DISTRUN_PARAMS` as a JSON object of
-  the same placeholders (words quoted), `DISTRUN_SWEEP` = `<experiment>/<trial name>` and
+  the same placeholders (words quoted), `DISTRUN_SWEEP` = `<experiment>/<trial name>` (Katib
+  numbers no trials: `trial_of` reads none), `DISTRUN_SWEEP_SPEC` the sweep, and
   `DISTRUN_JOB_ID` the trial's name (Katib names the trial's job after the trial); the
   instance label is the trial's name too. Success and failure are the Training Operator's
   `Succeeded`/`Failed` conditions, Katib's own defaults for its Kubeflow kinds, written out
   because Katib defaults them for PyTorchJob, TFJob, XGBoostJob and MPIJob only. Trials'
   jobs are retained, so their pods keep their logs until the Experiment is deleted.
 
-The code: trials mount the job's code ConfigMap (`code_bundle`), which must exist before the
-trials start: `experiment_configmap` makes it owned by the created Experiment, so it goes with
-it (`KubeflowEngine.submit_experiment` does both).
+The code: trials mount the job's code ConfigMap (`code_bundle`); their pods wait for it.
+`experiment_configmap` makes it owned by the created Experiment, so it goes with it
+(`KubeflowEngine.submit_experiment` creates both).
 
 What cannot map raises `KatibMappingError` (a SpecError and a ValueError): no objective, a
 list mixing numbers and words, a seed hyperopt cannot take, a name Katib refuses, a job that
@@ -66,7 +68,7 @@ from distrun.core.sweep import (
     grid_size,
     to_dict,
 )
-from distrun.core.trial_env import PARAM_ENV_PREFIX, PARAMS_ENV, SWEEP_ENV
+from distrun.core.trial_env import PARAM_ENV_PREFIX, PARAMS_ENV, SWEEP_ENV, SWEEP_SPEC_ENV
 from distrun.engines.kube.client import Obj, Resource
 from distrun.engines.kube.manifests.common import (
     ANNOTATION_OWNER,
@@ -96,7 +98,8 @@ STRATEGIES = {"last": "latest", "min": "min", "max": "max"}
 
 # Go regular expressions (RE2) for Katib's StdOut collector: group 1 the name, group 2 the
 # value. distrun's `key=value` and `key: value` (core/metrics), the key not glued to a word
-# before it (RE2 has no look-behind: the character before is matched instead).
+# before it (RE2 has no look-behind: the character before is matched instead). No `;`: Katib's
+# pod webhook hands the filters to its collector joined by `;`.
 _KEY = r"[A-Za-z_][A-Za-z0-9_]*(?:[/.][A-Za-z_][A-Za-z0-9_]*)*"
 _NUMBER = r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
 _BEFORE = r"(?:^|[^A-Za-z0-9_./-])['\"]?"
@@ -167,7 +170,7 @@ def katib_experiment(sweep: SweepSpec, job: Obj, namespace: str, name: str) -> d
                     "description": "the trial's name, which its job is named after",
                 },
             ],
-            "trialSpec": _trial_spec(job, name, numeric),
+            "trialSpec": _trial_spec(job, name, numeric, to_dict(sweep)),
         },
     }
     if sweep.early_stop is not None:
@@ -287,7 +290,9 @@ def _container_name(kind: str) -> str:
     return next(fw.container_name for fw in FRAMEWORKS.values() if fw.kubeflow_kind == kind)
 
 
-def _trial_spec(job: Obj, experiment: str, numeric: dict[str, bool]) -> dict[str, Any]:
+def _trial_spec(
+    job: Obj, experiment: str, numeric: dict[str, bool], definition: dict[str, Any]
+) -> dict[str, Any]:
     """The job as Katib's trial template: no name or namespace (Katib names it after the
     trial), the trial's name as the instance label, the parameters in every container's
     environment. Placeholders go in as they are: a `${...}` is nothing to the kubelet, which
@@ -310,6 +315,8 @@ def _trial_spec(job: Obj, experiment: str, numeric: dict[str, bool]) -> dict[str
             for name in numeric
         ),
         {"name": SWEEP_ENV, "value": f"{experiment}/{trial}"},
+        # No `$` in it (numbers and words only): nothing for the kubelet to expand.
+        {"name": SWEEP_SPEC_ENV, "value": json.dumps(definition, separators=(",", ":"))},
     ]
     replica_specs = template["spec"][KINDS[template["kind"]][1]]
     for replica in replica_specs.values():
