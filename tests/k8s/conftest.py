@@ -24,7 +24,7 @@ from distrun.engines.kube.kubeflow import KubeflowEngine
 
 from .binaries import Binaries, BuildError, ensure_all
 from .cluster import KubeCluster
-from .controller_builds import ControllerBinaries, ensure_controllers
+from .controller_builds import ControllerBinaries, KatibBinaries, ensure_controllers, ensure_katib
 from .controllers import start_kueue, start_training_operator, training_operator_for
 from .distrun_server import (
     DistrunServer,
@@ -34,6 +34,7 @@ from .distrun_server import (
     running,
     user_namespace,
 )
+from .katib_controller import start_katib
 from .real_controllers import start_job_controller, start_jobset, start_trainer, start_volcano
 from .real_operator import clear_v1_jobs
 
@@ -49,6 +50,7 @@ class Build:
     binaries: Binaries | None = None
     error: BuildError | None = None
     controllers: ControllerBinaries | None = None  # only when a test asks for them
+    katib: KatibBinaries | None = None  # likewise
 
 
 def skipping() -> bool:
@@ -63,7 +65,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     def needed(fixture: str) -> bool:
         return any(fixture in getattr(item, "fixturenames", ()) for item in session.items)
 
-    if skipping() or not (needed("kube_cluster") or needed("controllers_cluster")):
+    wanted = ("kube_cluster", "controllers_cluster", "katib_binaries")
+    if skipping() or not any(needed(fixture) for fixture in wanted):
         return
     terminal = session.config.pluginmanager.get_plugin("terminalreporter")
 
@@ -75,6 +78,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         Build.binaries = ensure_all(report)
         if needed("controller_binaries"):
             Build.controllers = ensure_controllers(report)
+        if needed("katib_binaries"):
+            Build.katib = ensure_katib(report)
     except BuildError as error:  # raised again by the fixture: a test error, not a crash
         Build.error = error
 
@@ -98,6 +103,24 @@ def controller_binaries() -> ControllerBinaries:
     if Build.error is not None:
         raise Build.error
     return Build.controllers or ensure_controllers()
+
+
+@pytest.fixture(scope="session")
+def katib_binaries() -> KatibBinaries:
+    """Katib's controller, our check of its Experiments, its manifests."""
+    if skipping():
+        pytest.skip(SKIP_REASON)
+    if Build.error is not None:
+        raise Build.error
+    return Build.katib or ensure_katib()
+
+
+@pytest.fixture(scope="session")
+def katib_controller(kube_cluster: KubeCluster, katib_binaries: KatibBinaries) -> KatibBinaries:
+    """Katib's controller and Experiment webhooks running in `kube_cluster`
+    (katib_controller.py), for the session."""
+    start_katib(kube_cluster, katib_binaries)
+    return katib_binaries
 
 
 @pytest.fixture(scope="session")

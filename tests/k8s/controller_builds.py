@@ -34,6 +34,7 @@ from .binaries import (
     go_build,
     go_mod_download,
     report_to_stderr,
+    run_go,
     write_go_mod,
 )
 
@@ -49,6 +50,83 @@ TRAINER_MODULE, TRAINER_VERSION = "github.com/kubeflow/trainer/v2", "v2.3.0"
 TRAINER_PACKAGE = f"{TRAINER_MODULE}/cmd/trainer-controller-manager"
 JOBSET_MODULE, JOBSET_VERSION = "sigs.k8s.io/jobset", "v0.12.0"  # what Trainer v2.3.0 requires
 KUEUE_MODULE = "sigs.k8s.io/kueue"
+
+KATIB_MODULE, KATIB_VERSION = "github.com/kubeflow/katib", "v0.19.0"
+KATIB_PACKAGE = f"{KATIB_MODULE}/cmd/katib-controller/v1beta1"
+KATIB_CRDS = "manifests/v1beta1/components/crd/"
+KATIB_WEBHOOKS = "manifests/v1beta1/components/webhook/webhooks.yaml"
+KATIB_CONFIG = "manifests/v1beta1/installs/katib-standalone/katib-config.yaml"
+# A small program of our own, built beside katib-controller in the same module, for what
+# Katib's webhook leaves unchecked. `katib-experiment-check < experiment.json` decodes the
+# Experiment into Katib's Go type strictly, as the API server's strict field validation would
+# if Katib's CRD had a schema (its schema preserves unknown fields, and the webhook's decoder
+# drops them): a misspelt or misplaced field is an error, not ignored. With `-metrics-log
+# FILE`, it then reads FILE as Katib's StdOut collector reads the primary container's output,
+# with Katib's own parser and the Experiment's filters (its webhook validates no filter of a
+# StdOut collector; an invalid one would crash the collector), and prints the metric values
+# found, one JSON object a line.
+KATIB_EXPERIMENT_CHECK = """package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+
+	common "github.com/kubeflow/katib/pkg/apis/controller/common/v1beta1"
+	experiments "github.com/kubeflow/katib/pkg/apis/controller/experiments/v1beta1"
+	collector "github.com/kubeflow/katib/pkg/metricscollector/v1beta1/file-metricscollector"
+	sigsjson "sigs.k8s.io/json"
+)
+
+func fail(code int, message interface{}) {
+	fmt.Fprintln(os.Stderr, message)
+	os.Exit(code)
+}
+
+func main() {
+	metricsLog := flag.String("metrics-log", "", "a file of output to read metrics from")
+	flag.Parse()
+	data, err := io.ReadAll(os.Stdin)
+	if err != nil {
+		fail(2, err)
+	}
+	var experiment experiments.Experiment
+	strict, err := sigsjson.UnmarshalStrict(data, &experiment, sigsjson.DisallowUnknownFields)
+	if err != nil {
+		fail(1, err)
+	}
+	if len(strict) > 0 {
+		fail(1, strict)
+	}
+	if *metricsLog == "" {
+		return
+	}
+	spec := experiment.Spec
+	var filters []string
+	if source := spec.MetricsCollectorSpec.Source; source != nil && source.Filter != nil {
+		// As the pod webhook passes them to the collector: joined by ";", split again.
+		filters = strings.Split(strings.Join(source.Filter.MetricsFormat, ";"), ";")
+	}
+	for _, filter := range filters {
+		if _, err := regexp.Compile(filter); err != nil {
+			fail(1, fmt.Sprintf("filter %q: %v", filter, err))
+		}
+	}
+	metrics := append([]string{spec.Objective.ObjectiveMetricName}, spec.Objective.AdditionalMetricNames...)
+	observed, err := collector.CollectObservationLog(*metricsLog, metrics, filters, common.TextFormat)
+	if err != nil {
+		fail(2, err)
+	}
+	for _, log := range observed.MetricLogs {
+		line, _ := json.Marshal(map[string]string{"name": log.Metric.Name, "value": log.Metric.Value})
+		fmt.Println(string(line))
+	}
+}
+"""
 
 INDEX = "index.json"  # a manifests directory's list of files, written last
 
@@ -104,6 +182,11 @@ MANIFEST_SOURCES = {
         ("config/components/crd/bases/*.yaml", "config/components/webhook/manifests.yaml"),
     ),
 }
+
+
+KATIB_MANIFESTS = ManifestSource(
+    "katib", KATIB_MODULE, KATIB_VERSION, (f"{KATIB_CRDS}*.yaml", KATIB_WEBHOOKS, KATIB_CONFIG)
+)
 
 
 @dataclass(frozen=True)
@@ -176,6 +259,34 @@ def ensure_controllers(report: Report = report_to_stderr, workers: int = 2) -> C
         jobset=done["jobset"] / "jobset-controller",
         kueue=done["kueue"] / "kueue",
         **{f"{name}_manifests": Manifests(done[f"{name}_manifests"]) for name in MANIFEST_SOURCES},
+    )
+
+
+@dataclass(frozen=True)
+class KatibBinaries:
+    controller: Path  # katib-controller: the Experiment/Trial/Suggestion controllers, webhooks
+    experiment_check: Path  # KATIB_EXPERIMENT_CHECK
+    manifests: Manifests  # its CRDs, webhook configurations and standalone katib-config
+
+
+def ensure_katib(report: Report = report_to_stderr) -> KatibBinaries:
+    """Katib's controller (cmd/katib-controller/v1beta1) and our Experiment check, built in one
+    module (its checksums come from the proxy alone: binaries.NOSUMDB_MODULES), and its
+    manifests. Not part of `ensure_controllers`: only the Katib tests need it."""
+    products = ("katib-controller", "katib-experiment-check")
+
+    def build(src: Path, out: Path) -> None:
+        write_go_mod(src, require={}, replace={})
+        run_go(["go", "get", f"{KATIB_PACKAGE}@{KATIB_VERSION}"], src)
+        (src / "main.go").write_text(KATIB_EXPERIMENT_CHECK)
+        go_build(src, str(out / products[0]), [KATIB_PACKAGE], [])
+        go_build(src, str(out / products[1]), ["."], [])
+
+    done = ensure_component("katib", KATIB_VERSION, build, products, report=report)
+    return KatibBinaries(
+        controller=done / products[0],
+        experiment_check=done / products[1],
+        manifests=Manifests(ensure_manifests(KATIB_MANIFESTS, report=report)),
     )
 
 
@@ -270,5 +381,5 @@ def write_raw_go_mod(src: Path, require: dict[str, str], replace: list[str]) -> 
 
 
 if __name__ == "__main__":
-    for field, value in vars(ensure_controllers()).items():
+    for field, value in {**vars(ensure_controllers()), **vars(ensure_katib())}.items():
         print(f"{field}: {value}")

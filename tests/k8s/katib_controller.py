@@ -1,0 +1,182 @@
+"""Katib v0.19.0's controller (`katib-controller`: the Experiment, Trial and Suggestion
+controllers and the Experiment webhooks) started against a running `KubeCluster`, as its
+standalone install runs it, so that an Experiment created there passes Katib's own defaulting
+and validation.
+
+Differences from an install, and why:
+- Its namespace is `katib-system` (`KATIB_CORE_NAMESPACE`), its config file the standalone
+  install's `katib-config.yaml` with the addresses on 127.0.0.1, the Training Operator v1
+  kinds as trial resources, and the certificate generator off (certificates provided
+  externally, as with its cert-manager install); the same config is its `katib-config`
+  ConfigMap, which the webhook reads the suggestion, early stopping and collector settings
+  from.
+- Its webhook server reads its certificate from `/tmp/cert`, a path compiled into it: the
+  certificate is made once and cached beside the build, so every test run on the machine
+  writes the same files there.
+- The webhooks are registered from its manifests by `clientConfig.url`.
+- What it cannot do here: start suggestion services. They are Deployments of Katib's images
+  reached over gRPC at a Service name; the tier runs no Deployment controller, no DNS and no
+  containers (kwok), so an Experiment gets its Suggestion but never trials.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+
+from tests.server_process import free_port
+
+from .binaries import cache_root, file_lock
+from .cluster import KubeCluster
+from .controller_builds import (
+    KATIB_CONFIG,
+    KATIB_CRDS,
+    KATIB_VERSION,
+    KATIB_WEBHOOKS,
+    KatibBinaries,
+)
+from .processes import Component, http_ok
+from .real_controllers import (
+    apply_crds,
+    ensure_namespace,
+    environment,
+    register_webhooks,
+    serves,
+    start,
+    write_config,
+)
+from .webhook_certs import make_certs
+
+KATIB_NAMESPACE = "katib-system"
+KATIB_CERT_DIR = Path("/tmp/cert")  # consts.CertDir, compiled into katib-controller
+KATIB_SERVICE = "katib-controller"  # what its manifests' webhooks name
+CERT_MAX_AGE = 300 * 24 * 3600.0  # seconds; the certificates are valid for 365 days
+TRIAL_RESOURCES = (
+    "Job.v1.batch",
+    "TFJob.v1.kubeflow.org",
+    "PyTorchJob.v1.kubeflow.org",
+    "MPIJob.v1.kubeflow.org",
+    "XGBoostJob.v1.kubeflow.org",
+    "PaddleJob.v1.kubeflow.org",
+    "JAXJob.v1.kubeflow.org",
+)
+WEBHOOK_PATHS = ("/validate-experiment", "/mutate-experiment", "/mutate-pod")
+
+
+def start_katib(cluster: KubeCluster, katib: KatibBinaries) -> Component:
+    """Katib's CRDs, its config, its webhooks, then its controller, ready to validate."""
+    manifests = katib.manifests
+    apply_crds(cluster, manifests.crds(KATIB_CRDS))
+    ensure_namespace(cluster, KATIB_NAMESPACE)
+    ca_bundle = install_certs()
+    port, metrics_port, probe_port = free_port(), free_port(), free_port()
+    config = katib_config(manifests.documents(KATIB_CONFIG)[0], port, metrics_port, probe_port)
+    workdir = cluster.workdir / "katib"
+    config_file = write_config(workdir / "katib-config.yaml", config)
+    core = kubernetes.client.CoreV1Api(cluster.admin)
+    core.create_namespaced_config_map(
+        KATIB_NAMESPACE,
+        {
+            "metadata": {"name": "katib-config"},
+            "data": {"katib-config.yaml": config_file.read_text()},
+        },
+    )
+    for configuration in manifests.documents(KATIB_WEBHOOKS):
+        name = configuration["metadata"]["name"]
+        register_webhooks(cluster, configuration, name, port, ca_bundle)
+    return start(
+        cluster,
+        "katib-controller",
+        [str(katib.controller), f"--katib-config={config_file}"],
+        lambda: (
+            http_ok(f"http://127.0.0.1:{probe_port}/readyz")
+            and all(serves(port, path) for path in WEBHOOK_PATHS)
+        ),
+        env=environment(cluster, workdir, KATIB_CORE_NAMESPACE=KATIB_NAMESPACE),
+    )
+
+
+def katib_config(
+    upstream: dict[str, Any], port: int, metrics_port: int, probe_port: int
+) -> dict[str, Any]:
+    """The standalone install's KatibConfig (its suggestion, early stopping and collector
+    images as they are), run outside a pod: addresses on 127.0.0.1, the Training Operator
+    kinds as trial resources, certificates provided."""
+    config = dict(upstream)
+    config["init"] = {
+        "certGenerator": {"enable": False},
+        "controller": {
+            "webhookPort": port,
+            "metricsAddr": f"127.0.0.1:{metrics_port}",
+            "healthzAddr": f"127.0.0.1:{probe_port}",
+            "trialResources": list(TRIAL_RESOURCES),
+            "enableLeaderElection": False,
+        },
+    }
+    return config
+
+
+def install_certs() -> str:
+    """The webhook server's certificate in /tmp/cert (the machine's one set, made once and
+    kept beside the build); returns the CA bundle to register the webhooks with."""
+    cached = cache_root() / f"katib-{KATIB_VERSION}" / "webhook-certs"
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(cached.parent / ".certs.lock"):
+        tls = cached / "tls.crt"
+        if not tls.is_file() or time.time() - tls.stat().st_mtime > CERT_MAX_AGE:
+            certs = make_certs("katib-ca", f"{KATIB_SERVICE}.{KATIB_NAMESPACE}.svc")
+            certs.write(cached, ca=True)
+        KATIB_CERT_DIR.mkdir(parents=True, exist_ok=True)
+        for name in ("tls.crt", "tls.key"):
+            content = (cached / name).read_bytes()
+            target = KATIB_CERT_DIR / name
+            if not target.is_file() or target.read_bytes() != content:
+                partial = KATIB_CERT_DIR / f".{name}.{os.getpid()}"
+                partial.write_bytes(content)
+                partial.chmod(0o600)
+                partial.replace(target)
+        return base64.b64encode((cached / "ca.crt").read_bytes()).decode()
+
+
+def strict_decode_errors(katib: KatibBinaries, experiment: dict[str, Any]) -> str:
+    """What Katib's Go types say of `experiment` decoded strictly: "" when every field is
+    one of theirs, else the errors."""
+    result = _check(katib, experiment, [])
+    return result.stderr.strip() if result.returncode else ""
+
+
+def collected_metrics(
+    katib: KatibBinaries, experiment: dict[str, Any], output: list[str], workdir: Path
+) -> list[tuple[str, str]]:
+    """The (name, value) pairs Katib's StdOut collector, with `experiment`'s filters, finds in
+    `output` (the primary container's lines), by Katib's own parser."""
+    log = workdir / "metrics.log"
+    log.write_text("\n".join(output) + "\n")
+    result = _check(katib, experiment, ["-metrics-log", str(log)])
+    if result.returncode:
+        raise AssertionError(f"katib-experiment-check refused the experiment: {result.stderr}")
+    found = [json.loads(line) for line in result.stdout.splitlines()]
+    return [(metric["name"], metric["value"]) for metric in found]
+
+
+def _check(
+    katib: KatibBinaries, experiment: dict[str, Any], args: list[str]
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [str(katib.experiment_check), *args],
+        input=json.dumps(experiment),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    if result.returncode not in (0, 1):
+        raise RuntimeError(f"katib-experiment-check failed: {result.stderr}")
+    return result

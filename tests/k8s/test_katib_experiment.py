@@ -1,0 +1,294 @@
+"""A sweep as a Katib Experiment (issue 16) against Katib v0.19.0 itself: its CRDs, and its
+real `katib-controller` with its Experiment webhooks registered in the tier's API server
+(katib_controller.py). The Experiment `KubeflowEngine.submit_experiment` makes for a PyTorch
+sweep is defaulted and accepted by Katib's own webhooks, decodes strictly into Katib's Go
+types, and is reconciled by Katib's controller into a Suggestion; broken ones are refused with
+Katib's messages; Katib's own StdOut parser reads distrun's metric lines with its filters.
+
+Trials do not run here: Katib asks a suggestion service (a Deployment of one of its images,
+reached by gRPC at a Service name) for each trial's parameters, and the tier has no containers,
+DNS or Deployment controller. What a trial's job would be is the template with Katib's
+substitution, checked in tests/unit/test_kube_katib.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+from kubernetes.client.exceptions import ApiException
+from kubernetes_asyncio import client
+
+from distrun.core.spec import JobSpec
+from distrun.core.sweep import (
+    Choice,
+    EarlyStop,
+    IntRange,
+    LogUniform,
+    Objective,
+    Param,
+    SweepSpec,
+    Values,
+)
+from distrun.engines.kube.katib import INJECTION_ENABLED, INJECTION_LABEL, katib_experiment
+from distrun.engines.kube.kubeflow import KubeflowEngine
+from distrun.engines.kube.manifests.common import ClusterOptions, Target
+from distrun.engines.kube.manifests.configmap import code_bundle
+from distrun.engines.kube.manifests.kubeflow import kubeflow_job
+
+from .cluster import KubeCluster
+from .controller_builds import KatibBinaries
+from .katib_controller import collected_metrics, strict_decode_errors
+
+pytestmark = pytest.mark.kubernetes
+
+GROUP, VERSION = "kubeflow.org", "v1beta1"
+WAIT = 90.0  # seconds; the machine may be loaded
+
+TEMPLATE = JobSpec.from_dict(
+    {
+        "framework": "pytorch",
+        "code": "import distrun\nprint(distrun.params(lr=0.1))\n",
+        "roles": {"master": {"replicas": 1}, "worker": {"replicas": 1}},
+    }
+)
+RANDOM = SweepSpec(
+    (
+        Param("lr", LogUniform(1e-4, 1e-1)),
+        Param("opt", Choice(("adam", "sgd"))),
+        Param("layers", IntRange(2, 8)),
+    ),
+    search="random",
+    trials=6,
+    parallel=2,
+    objective=Objective("loss", "min", "best"),
+    early_stop=EarlyStop("median", 3),
+    seed=7,
+)
+GRID = SweepSpec(
+    (Param("lr", Values((0.3, 0.1, 0.03))), Param("opt", Values(("adam", "sgd")))),
+    objective=Objective("accuracy", "max"),
+)
+
+
+@pytest.fixture
+def katib_namespace(kube_cluster: KubeCluster, katib_controller: KatibBinaries) -> Iterator[str]:
+    """A fresh namespace labelled for Katib (its webhook refuses Experiments elsewhere)."""
+    name = f"katib-{int(time.time() * 1000) % 10**8}"
+    kube_cluster.create_namespace(name)
+    core = kubernetes.client.CoreV1Api(kube_cluster.admin)
+    core.patch_namespace(name, {"metadata": {"labels": {INJECTION_LABEL: INJECTION_ENABLED}}})
+    yield name
+    kube_cluster.delete_namespace(name)
+
+
+def rendered(sweep: SweepSpec, namespace: str, name: str = "sweep-abcde") -> dict[str, Any]:
+    target = Target(name, namespace, "alice")
+    job = kubeflow_job(TEMPLATE, target, ClusterOptions(), code_bundle(TEMPLATE, target))
+    return katib_experiment(sweep, job, namespace, name)
+
+
+async def create(api: Any, namespace: str, experiment: dict[str, Any]) -> Any:
+    return await client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "experiments", experiment
+    )
+
+
+async def refusal(api: Any, namespace: str, experiment: dict[str, Any]) -> str:
+    """The API server's message refusing `experiment` (the test fails if it is created)."""
+    with pytest.raises(client.exceptions.ApiException) as raised:
+        await create(api, namespace, experiment)
+    assert raised.value.status == 400, raised.value.body
+    message: str = json.loads(raised.value.body)["message"]
+    return message
+
+
+async def eventually(check: Any, what: str) -> Any:
+    deadline = time.monotonic() + WAIT
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.5)
+
+
+async def test_a_pytorch_sweeps_experiment_is_accepted_defaulted_and_reconciled_by_katib(
+    kube_admin: Any, katib_namespace: str, katib_controller: KatibBinaries
+) -> None:
+    engine = KubeflowEngine(api_client=kube_admin, namespace=katib_namespace)
+    try:
+        created = await engine.submit_experiment(TEMPLATE, RANDOM, "alice")
+    finally:
+        await engine.close()
+    name = created["metadata"]["name"]
+    spec = created["spec"]
+
+    # Katib's defaulting webhook ran: what it fills in is there, ours is kept.
+    assert spec["resumePolicy"] == "Never"
+    assert {p["name"]: p["feasibleSpace"].get("distribution") for p in spec["parameters"]} == {
+        "lr": "logUniform",
+        "opt": "uniform",  # Katib's default for every parameter, even a categorical one
+        "layers": "uniform",
+    }
+    assert spec["objective"]["metricStrategies"] == [{"name": "loss", "value": "min"}]
+    assert spec["algorithm"]["algorithmSettings"] == [{"name": "random_state", "value": "7"}]
+    template = spec["trialTemplate"]
+    assert template["primaryPodLabels"] == {"training.kubeflow.org/job-role": "master"}
+    master = template["trialSpec"]["spec"]["pytorchReplicaSpecs"]["Master"]
+    env = {e["name"]: e.get("value") for e in master["template"]["spec"]["containers"][0]["env"]}
+    assert env["DISTRUN_PARAM_LR"] == "${trialParameters.lr}"
+
+    # Every field we wrote is one of Katib's Go types' own (its CRD schema keeps anything).
+    assert strict_decode_errors(katib_controller, rendered(RANDOM, katib_namespace)) == ""
+    assert strict_decode_errors(katib_controller, rendered(GRID, katib_namespace)) == ""
+
+    # The code the trials mount exists, owned by the Experiment.
+    core = client.CoreV1Api(kube_admin)
+    configmap = await core.read_namespaced_config_map(name, katib_namespace)
+    [owner] = configmap.metadata.owner_references
+    assert (owner.kind, owner.name, owner.uid) == ("Experiment", name, created["metadata"]["uid"])
+
+    # Katib's controller takes it on: the Experiment is Created and asks for suggestions with
+    # our algorithm and its setting.
+    custom = client.CustomObjectsApi(kube_admin)
+
+    async def experiment_created() -> bool:
+        current = await custom.get_namespaced_custom_object(
+            GROUP, VERSION, katib_namespace, "experiments", name
+        )
+        conditions = (current.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Created" and c["status"] == "True" for c in conditions)
+
+    await eventually(experiment_created, "Katib's controller to mark the Experiment Created")
+
+    async def suggestion() -> Any:
+        try:
+            return await custom.get_namespaced_custom_object(
+                GROUP, VERSION, katib_namespace, "suggestions", name
+            )
+        except client.exceptions.ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    made = await eventually(suggestion, "the Experiment's Suggestion")
+    assert made["spec"]["algorithm"]["algorithmName"] == "random"
+    assert made["spec"]["earlyStopping"]["algorithmName"] == "medianstop"
+
+    # It goes with the Experiment (garbage collection by owner).
+    await custom.delete_namespaced_custom_object(
+        GROUP, VERSION, katib_namespace, "experiments", name
+    )
+
+    async def configmap_gone() -> bool:
+        try:
+            await core.read_namespaced_config_map(name, katib_namespace)
+        except client.exceptions.ApiException as error:
+            if error.status == 404:
+                return True
+            raise
+        return False
+
+    await eventually(configmap_gone, "the code ConfigMap to go with its Experiment")
+
+
+async def test_a_grid_sweeps_experiment_is_accepted(kube_admin: Any, katib_namespace: str) -> None:
+    created = await create(kube_admin, katib_namespace, rendered(GRID, katib_namespace))
+    assert created["spec"]["algorithm"] == {"algorithmName": "grid"}
+    assert created["spec"]["maxTrialCount"] == 6
+
+
+def broken(namespace: str, breaks: str) -> dict[str, Any]:
+    experiment = copy.deepcopy(rendered(RANDOM, namespace, name=f"broken-{breaks}"))
+    spec = experiment["spec"]
+    if breaks == "placeholder":  # a placeholder in the template that no trial parameter fills
+        parameters = spec["trialTemplate"]["trialParameters"]
+        parameters[:] = [p for p in parameters if p["name"] != "opt"]
+    elif breaks == "parallel":
+        spec["parallelTrialCount"] = spec["maxTrialCount"] + 1
+    elif breaks == "algorithm":
+        spec["algorithm"] = {"algorithmName": "no-such-search"}
+    elif breaks == "template-name":  # Katib names each trial's job itself
+        spec["trialTemplate"]["trialSpec"]["metadata"]["name"] = "sweep-abcde"
+    elif breaks == "objective":
+        del spec["objective"]
+    return experiment
+
+
+@pytest.mark.parametrize(
+    ("breaks", "message"),
+    [
+        ("placeholder", "${trialParameters.opt}"),
+        ("parallel", "spec.parallelTrialCount: Invalid value: 7: should be less than or equal"),
+        ("algorithm", "unable to get Suggestion config data for algorithm no-such-search"),
+        ("template-name", "metadata.name and metadata.namespace in spec.trialTemplate must be"),
+        ("objective", "spec.objective: Required value"),
+    ],
+)
+async def test_katibs_webhook_refuses_a_broken_experiment_with_its_reason(
+    kube_admin: Any, katib_namespace: str, breaks: str, message: str
+) -> None:
+    refused = await refusal(kube_admin, katib_namespace, broken(katib_namespace, breaks))
+    assert 'admission webhook "validator.experiment.katib.kubeflow.org" denied' in refused
+    assert message in refused
+    if breaks == "placeholder":
+        assert "in spec.trialTemplate not found in spec.trialParameters" in refused
+
+
+async def test_katib_refuses_an_experiment_in_a_namespace_not_labelled_for_it(
+    kube_admin: Any, kube_namespace: str, katib_controller: KatibBinaries
+) -> None:
+    refused = await refusal(kube_admin, kube_namespace, rendered(GRID, kube_namespace))
+    assert f'the namespace lacks label "{INJECTION_LABEL}: {INJECTION_ENABLED}"' in refused
+
+
+def test_the_strict_decoder_refuses_what_katibs_webhook_would_silently_drop(
+    katib_binaries: KatibBinaries,
+) -> None:
+    experiment = rendered(GRID, "ns")
+    experiment["spec"]["parallelTrialCounts"] = 3  # misspelt
+    experiment["spec"]["objective"]["Type"] = "maximize"  # wrong case
+    errors = strict_decode_errors(katib_binaries, experiment)
+    assert 'unknown field "spec.parallelTrialCounts"' in errors
+    assert 'unknown field "spec.objective.Type"' in errors
+
+
+def test_katibs_own_stdout_parser_reads_distruns_metric_lines_with_the_filters(
+    katib_binaries: KatibBinaries, tmp_path: Path
+) -> None:
+    """Katib's webhook checks no filter of a StdOut collector (and its collector would crash
+    on one that does not compile): Katib's parser itself reads the lines with ours."""
+    output = [
+        "step 1 loss=0.5 accuracy=0.1",
+        "32/32 [==============================] - 2s 3ms/step - loss: 0.25 - accuracy: 0.9",
+        '{"loss": 0.125, "lr": 0.01}',
+        "train/loss=9 val_loss=9 my-loss=9 Loss=9 loss 9",  # none is `loss` for Katib
+    ]
+    assert collected_metrics(katib_binaries, rendered(RANDOM, "ns"), output, tmp_path) == [
+        ("loss", "0.5"),
+        ("loss", "0.25"),
+        ("loss", "0.125"),
+    ]
+    accuracy = collected_metrics(katib_binaries, rendered(GRID, "ns"), output, tmp_path)
+    assert accuracy == [("accuracy", "0.1"), ("accuracy", "0.9")]
+
+
+def test_katibs_crds_are_installed_from_its_module(
+    kube_cluster: KubeCluster, katib_controller: KatibBinaries
+) -> None:
+    extensions = kubernetes.client.ApiextensionsV1Api(kube_cluster.admin)
+    for plural in ("experiments", "trials", "suggestions"):
+        try:
+            crd = extensions.read_custom_resource_definition(f"{plural}.{GROUP}")
+        except ApiException as error:  # pragma: no cover - a failure says which
+            raise AssertionError(f"no CRD {plural}.{GROUP}") from error
+        assert [v.name for v in crd.spec.versions] == [VERSION]
