@@ -15,6 +15,7 @@ import os
 import secrets
 import warnings
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -22,9 +23,15 @@ import pytest
 
 from distrun.engines.kube.kubeflow import KubeflowEngine
 
-from .binaries import Binaries, BuildError, ensure_all
+from .binaries import Binaries, BuildError, cache_root, ensure_all, file_lock
 from .cluster import KubeCluster
-from .controller_builds import ControllerBinaries, KatibBinaries, ensure_controllers, ensure_katib
+from .controller_builds import (
+    ControllerBinaries,
+    KatibBinaries,
+    ensure_controllers,
+    ensure_katib,
+    ensure_katib_suggestion,
+)
 from .controllers import start_kueue, start_training_operator, training_operator_for
 from .distrun_server import (
     DistrunServer,
@@ -34,7 +41,14 @@ from .distrun_server import (
     running,
     user_namespace,
 )
-from .katib_controller import start_katib
+from .katib_controller import (
+    INJECTION_LABELS,
+    KatibCluster,
+    hosts_file,
+    start_deployment_controllers,
+    start_katib,
+    start_suggestion_service,
+)
 from .real_controllers import start_job_controller, start_jobset, start_trainer, start_volcano
 from .real_operator import clear_v1_jobs
 
@@ -51,6 +65,7 @@ class Build:
     error: BuildError | None = None
     controllers: ControllerBinaries | None = None  # only when a test asks for them
     katib: KatibBinaries | None = None  # likewise
+    katib_suggestion: Path | None = None
 
 
 def skipping() -> bool:
@@ -80,6 +95,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             Build.controllers = ensure_controllers(report)
         if needed("katib_binaries"):
             Build.katib = ensure_katib(report)
+        if needed("katib_cluster"):
+            Build.katib_suggestion = ensure_katib_suggestion(report)
     except BuildError as error:  # raised again by the fixture: a test error, not a crash
         Build.error = error
 
@@ -116,11 +133,27 @@ def katib_binaries() -> KatibBinaries:
 
 
 @pytest.fixture(scope="session")
-def katib_controller(kube_cluster: KubeCluster, katib_binaries: KatibBinaries) -> KatibBinaries:
-    """Katib's controller and Experiment webhooks running in `kube_cluster`
-    (katib_controller.py), for the session."""
-    start_katib(kube_cluster, katib_binaries)
-    return katib_binaries
+def katib_cluster(katib_binaries: KatibBinaries) -> Iterator[KatibCluster]:
+    """A cluster of its own where Katib runs whole (katib_controller.py): its controller and
+    webhooks, its Optuna suggestion service (one per machine at a time: its port is fixed),
+    Deployment controllers for its suggestion Deployments, and the Training Operator for the
+    namespace `KatibCluster.trials`, labelled for Katib, where trials run."""
+    suggestion = Build.katib_suggestion or ensure_katib_suggestion()
+    with (
+        file_lock(cache_root() / "katib-suggestion-port.lock"),
+        KubeCluster(Build.binaries or ensure_all()) as cluster,
+    ):
+        hosts = hosts_file(cluster.workdir / "katib")
+        start_deployment_controllers(cluster)
+        start_suggestion_service(cluster, suggestion)
+        start_katib(cluster, katib_binaries, hosts)
+        trials = "katib-trials"
+        cluster.create_namespace(trials)
+        kubernetes.client.CoreV1Api(cluster.admin).patch_namespace(
+            trials, {"metadata": {"labels": INJECTION_LABELS}}
+        )
+        start_training_operator(cluster, cluster.binaries.training_operator, trials)
+        yield KatibCluster(cluster, katib_binaries, hosts, trials)
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,8 @@ import hashlib
 import json
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -127,6 +129,17 @@ func main() {
 	}
 }
 """
+
+# Katib's Optuna suggestion service (its `grid` algorithm), Python, run as its image runs it:
+# these trees of the module, its requirements installed beside them.
+KATIB_OPTUNA = "cmd/suggestion/optuna/v1beta1"
+KATIB_PYTHON_TREES = (
+    "pkg/apis/manager/v1beta1/python",
+    "pkg/apis/manager/health/python",
+    "pkg/suggestion/v1beta1/internal",
+    "pkg/suggestion/v1beta1/optuna",
+    KATIB_OPTUNA,
+)
 
 INDEX = "index.json"  # a manifests directory's list of files, written last
 
@@ -287,6 +300,31 @@ def ensure_katib(report: Report = report_to_stderr) -> KatibBinaries:
         controller=done / products[0],
         experiment_check=done / products[1],
         manifests=Manifests(ensure_manifests(KATIB_MANIFESTS, report=report)),
+    )
+
+
+def ensure_katib_suggestion(report: Report = report_to_stderr) -> Path:
+    """Katib's Optuna suggestion service: `katib/` holds its Python trees of the module as its
+    image lays them out, `site/` its requirements.txt installed by pip for this interpreter
+    (Python 3.11, as its image)."""
+    products = (f"katib/{KATIB_OPTUNA}/main.py", "site/optuna/__init__.py")
+
+    def build(src: Path, out: Path) -> None:
+        write_go_mod(src, require={}, replace={})
+        module_dir = Path(go_mod_download(KATIB_MODULE, KATIB_VERSION, src)["Dir"])
+        for tree in KATIB_PYTHON_TREES:
+            shutil.copytree(module_dir / tree, out / "katib" / tree, copy_function=shutil.copyfile)
+        for path in (out / "katib").rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)  # the module cache's are read-only
+        requirements = out / "katib" / KATIB_OPTUNA / "requirements.txt"
+        command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        command += ["--target", str(out / "site"), "-r", str(requirements)]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise BuildError(f"`{' '.join(command)}` failed:\n{result.stderr[-4000:]}")
+
+    return ensure_component(
+        "katib-suggestion-optuna", KATIB_VERSION, build, products, report=report, output="lib"
     )
 
 

@@ -1,7 +1,7 @@
-"""Katib v0.19.0's controller (`katib-controller`: the Experiment, Trial and Suggestion
-controllers and the Experiment webhooks) started against a running `KubeCluster`, as its
-standalone install runs it, so that an Experiment created there passes Katib's own defaulting
-and validation.
+"""Katib v0.19.0 whole in a `KubeCluster` of its own (fixture `katib_cluster`): its CRDs, its
+controller (`katib-controller`: Experiment, Trial and Suggestion controllers and the webhooks),
+its Optuna suggestion service, and what they need, so that an Experiment created there passes
+Katib's own defaulting and validation and a grid Experiment runs its first trials' jobs.
 
 Differences from an install, and why:
 - Its namespace is `katib-system` (`KATIB_CORE_NAMESPACE`), its config file the standalone
@@ -14,18 +14,29 @@ Differences from an install, and why:
   certificate is made once and cached beside the build, so every test run on the machine
   writes the same files there.
 - The webhooks are registered from its manifests by `clientConfig.url`.
-- What it cannot do here: start suggestion services. They are Deployments of Katib's images
-  reached over gRPC at a Service name; the tier runs no Deployment controller, no DNS and no
-  containers (kwok), so an Experiment gets its Suggestion but never trials.
+- A suggestion service is a Deployment of one of Katib's images that the controller reaches by
+  gRPC at `<experiment>-<algorithm>.<namespace>:6789`. Here kube-controller-manager's
+  Deployment and ReplicaSet controllers make the Deployment's pods (kwok runs them, so it
+  becomes Available, as the controller waits for), the service itself is Katib's Python code
+  run on this machine as its image runs it (`ensure_katib_suggestion`; Optuna, for `grid`),
+  and the controller runs in a mount namespace of its own whose /etc/hosts
+  (`KatibCluster.hosts`) sends that name to 127.0.0.1 (`resolve_to_loopback`), there being no
+  cluster DNS. The service listens on the port compiled into it, so one at a time per machine.
+- Only `grid` runs trials: `random` is served by Katib's hyperopt image, whose requirements
+  (scikit-learn, scipy, forestci, ...) are not installed here.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
+import socket
 import subprocess
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +49,12 @@ from .cluster import KubeCluster
 from .controller_builds import (
     KATIB_CONFIG,
     KATIB_CRDS,
+    KATIB_OPTUNA,
     KATIB_VERSION,
     KATIB_WEBHOOKS,
     KatibBinaries,
 )
-from .processes import Component, http_ok
+from .processes import Component, http_ok, unverified_loopback_context
 from .real_controllers import (
     apply_crds,
     ensure_namespace,
@@ -68,10 +80,21 @@ TRIAL_RESOURCES = (
     "JAXJob.v1.kubeflow.org",
 )
 WEBHOOK_PATHS = ("/validate-experiment", "/mutate-experiment", "/mutate-pod")
+INJECTION_LABELS = {"katib.kubeflow.org/metrics-collector-injection": "enabled"}
+SUGGESTION_PORT = 6789  # consts.DefaultSuggestionPort, and the service's own DEFAULT_PORT
 
 
-def start_katib(cluster: KubeCluster, katib: KatibBinaries) -> Component:
-    """Katib's CRDs, its config, its webhooks, then its controller, ready to validate."""
+@dataclass(frozen=True)
+class KatibCluster:
+    cluster: KubeCluster
+    katib: KatibBinaries
+    hosts: Path  # the controller's /etc/hosts
+    trials: str  # a namespace labelled for Katib, whose jobs the Training Operator runs
+
+
+def start_katib(cluster: KubeCluster, katib: KatibBinaries, hosts: Path) -> Component:
+    """Katib's CRDs, its config, its webhooks, then its controller, ready to validate, with
+    `hosts` as its /etc/hosts."""
     manifests = katib.manifests
     apply_crds(cluster, manifests.crds(KATIB_CRDS))
     ensure_namespace(cluster, KATIB_NAMESPACE)
@@ -91,16 +114,86 @@ def start_katib(cluster: KubeCluster, katib: KatibBinaries) -> Component:
     for configuration in manifests.documents(KATIB_WEBHOOKS):
         name = configuration["metadata"]["name"]
         register_webhooks(cluster, configuration, name, port, ca_bundle)
+    # A private mount namespace: the bind mount is this process's alone.
+    bind_hosts = 'mount --bind "$0" /etc/hosts && exec "$@"'
     return start(
         cluster,
         "katib-controller",
-        [str(katib.controller), f"--katib-config={config_file}"],
+        [
+            *("unshare", "--mount", "--propagation", "private", "sh", "-c", bind_hosts),
+            *(str(hosts), str(katib.controller), f"--katib-config={config_file}"),
+        ],
         lambda: (
             http_ok(f"http://127.0.0.1:{probe_port}/readyz")
             and all(serves(port, path) for path in WEBHOOK_PATHS)
         ),
         env=environment(cluster, workdir, KATIB_CORE_NAMESPACE=KATIB_NAMESPACE),
     )
+
+
+def start_deployment_controllers(cluster: KubeCluster) -> Component:
+    """A second kube-controller-manager running the Deployment and ReplicaSet controllers
+    (the tier's own runs neither), for Katib's suggestion Deployments."""
+    admin = cluster.kubeconfig("admin")
+    port = free_port()
+    return start(
+        cluster,
+        "deployment-controllers",
+        [
+            str(cluster.binaries.kube_controller_manager),
+            f"--kubeconfig={admin}",
+            f"--authentication-kubeconfig={admin}",
+            f"--authorization-kubeconfig={admin}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={cluster.workdir / 'deployment-controllers-certs'}",
+            "--leader-elect=false",
+            "--controllers=deployment-controller,replicaset-controller",
+            "--use-service-account-credentials=false",
+        ],
+        lambda: http_ok(f"https://127.0.0.1:{port}/healthz", unverified_loopback_context()),
+    )
+
+
+def start_suggestion_service(cluster: KubeCluster, suggestion: Path) -> Component:
+    """Katib's Optuna suggestion service (`ensure_katib_suggestion`) on 0.0.0.0:6789, run
+    as its image runs it: `python main.py`, its trees on PYTHONPATH."""
+    katib = suggestion / "katib"
+    paths = (
+        suggestion / "site",
+        katib,
+        katib / "pkg/apis/manager/v1beta1/python",
+        katib / "pkg/apis/manager/health/python",
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
+    return start(
+        cluster,
+        "katib-suggestion-optuna",
+        [sys.executable, str(katib / KATIB_OPTUNA / "main.py")],
+        lambda: listening(SUGGESTION_PORT),
+        env=env,
+    )
+
+
+def listening(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+        return True
+    return False
+
+
+def hosts_file(workdir: Path) -> Path:
+    """A copy of this machine's /etc/hosts for Katib's controller, to add names to."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "hosts"
+    path.write_text(Path("/etc/hosts").read_text())
+    return path
+
+
+def resolve_to_loopback(hosts: Path, name: str) -> None:
+    """`name` resolves to 127.0.0.1 for Katib's controller (Go rereads /etc/hosts within 5 s
+    of a change). Appended in place: the bind mount holds this file's inode."""
+    with hosts.open("a") as file:
+        file.write(f"127.0.0.1 {name}\n")
 
 
 def katib_config(

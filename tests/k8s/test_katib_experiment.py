@@ -1,14 +1,18 @@
-"""A sweep as a Katib Experiment (issue 16) against Katib v0.19.0 itself: its CRDs, and its
-real `katib-controller` with its Experiment webhooks registered in the tier's API server
-(katib_controller.py). The Experiment `KubeflowEngine.submit_experiment` makes for a PyTorch
-sweep is defaulted and accepted by Katib's own webhooks, decodes strictly into Katib's Go
-types, and is reconciled by Katib's controller into a Suggestion; broken ones are refused with
-Katib's messages; Katib's own StdOut parser reads distrun's metric lines with its filters.
+"""A sweep as a Katib Experiment (issue 16) against Katib v0.19.0 itself, in a cluster of its
+own (fixture `katib_cluster`, katib_controller.py): its CRDs, its real `katib-controller`
+with its webhooks registered in the API server, its Optuna suggestion service, and the
+Training Operator.
 
-Trials do not run here: Katib asks a suggestion service (a Deployment of one of its images,
-reached by gRPC at a Service name) for each trial's parameters, and the tier has no containers,
-DNS or Deployment controller. What a trial's job would be is the template with Katib's
-substitution, checked in tests/unit/test_kube_katib.py.
+The Experiment `KubeflowEngine.submit_experiment` makes for a PyTorch random search is
+defaulted and accepted by Katib's own webhooks, decodes strictly into Katib's Go types, and is
+reconciled into a Suggestion; a grid search runs: Katib's suggestion service hands out the
+first points, Katib's controller makes Trials and their PyTorchJobs from our template (each
+replica's environment holding that trial's parameters), and Katib's pod webhook wraps the
+master's command for its StdOut collector. Broken Experiments are refused with Katib's
+reasons, and Katib's own StdOut parser reads distrun's metric lines with our filters.
+
+Trials do not finish here: kwok plays the containers, so no metrics collector or Katib DB
+manager ever reports a value.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio import client
 
+from distrun.core import jobids
 from distrun.core.spec import JobSpec
 from distrun.core.sweep import (
     Choice,
@@ -43,9 +49,13 @@ from distrun.engines.kube.manifests.common import ClusterOptions, Target
 from distrun.engines.kube.manifests.configmap import code_bundle
 from distrun.engines.kube.manifests.kubeflow import kubeflow_job
 
-from .cluster import KubeCluster
 from .controller_builds import KatibBinaries
-from .katib_controller import collected_metrics, strict_decode_errors
+from .katib_controller import (
+    KatibCluster,
+    collected_metrics,
+    resolve_to_loopback,
+    strict_decode_errors,
+)
 
 pytestmark = pytest.mark.kubernetes
 
@@ -79,14 +89,26 @@ GRID = SweepSpec(
 
 
 @pytest.fixture
-def katib_namespace(kube_cluster: KubeCluster, katib_controller: KatibBinaries) -> Iterator[str]:
-    """A fresh namespace labelled for Katib (its webhook refuses Experiments elsewhere)."""
-    name = f"katib-{int(time.time() * 1000) % 10**8}"
-    kube_cluster.create_namespace(name)
-    core = kubernetes.client.CoreV1Api(kube_cluster.admin)
-    core.patch_namespace(name, {"metadata": {"labels": {INJECTION_LABEL: INJECTION_ENABLED}}})
+async def katib_admin(katib_cluster: KatibCluster) -> AsyncIterator[Any]:
+    async with katib_cluster.cluster.api_client("admin") as api:
+        yield api
+
+
+def new_namespace(katib_cluster: KatibCluster, labelled: bool) -> str:
+    name = f"t-{secrets.token_hex(4)}"
+    katib_cluster.cluster.create_namespace(name)
+    if labelled:  # Katib's webhook refuses Experiments elsewhere
+        core = kubernetes.client.CoreV1Api(katib_cluster.cluster.admin)
+        core.patch_namespace(name, {"metadata": {"labels": {INJECTION_LABEL: INJECTION_ENABLED}}})
+    return name
+
+
+@pytest.fixture
+def katib_namespace(katib_cluster: KatibCluster) -> Iterator[str]:
+    """A fresh namespace labelled for Katib."""
+    name = new_namespace(katib_cluster, labelled=True)
     yield name
-    kube_cluster.delete_namespace(name)
+    katib_cluster.cluster.delete_namespace(name)
 
 
 def rendered(sweep: SweepSpec, namespace: str, name: str = "sweep-abcde") -> dict[str, Any]:
@@ -122,8 +144,9 @@ async def eventually(check: Any, what: str) -> Any:
 
 
 async def test_a_pytorch_sweeps_experiment_is_accepted_defaulted_and_reconciled_by_katib(
-    kube_admin: Any, katib_namespace: str, katib_controller: KatibBinaries
+    katib_admin: Any, katib_namespace: str, katib_cluster: KatibCluster
 ) -> None:
+    kube_admin, katib = katib_admin, katib_cluster.katib
     engine = KubeflowEngine(api_client=kube_admin, namespace=katib_namespace)
     try:
         created = await engine.submit_experiment(TEMPLATE, RANDOM, "alice")
@@ -148,8 +171,8 @@ async def test_a_pytorch_sweeps_experiment_is_accepted_defaulted_and_reconciled_
     assert env["DISTRUN_PARAM_LR"] == "${trialParameters.lr}"
 
     # Every field we wrote is one of Katib's Go types' own (its CRD schema keeps anything).
-    assert strict_decode_errors(katib_controller, rendered(RANDOM, katib_namespace)) == ""
-    assert strict_decode_errors(katib_controller, rendered(GRID, katib_namespace)) == ""
+    assert strict_decode_errors(katib, rendered(RANDOM, katib_namespace)) == ""
+    assert strict_decode_errors(katib, rendered(GRID, katib_namespace)) == ""
 
     # The code the trials mount exists, owned by the Experiment.
     core = client.CoreV1Api(kube_admin)
@@ -201,10 +224,87 @@ async def test_a_pytorch_sweeps_experiment_is_accepted_defaulted_and_reconciled_
     await eventually(configmap_gone, "the code ConfigMap to go with its Experiment")
 
 
-async def test_a_grid_sweeps_experiment_is_accepted(kube_admin: Any, katib_namespace: str) -> None:
-    created = await create(kube_admin, katib_namespace, rendered(GRID, katib_namespace))
+async def test_a_grid_sweep_runs_its_first_trials_as_pytorchjobs_holding_their_parameters(
+    katib_admin: Any, katib_cluster: KatibCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    namespace, api = katib_cluster.trials, katib_admin
+    name = jobids.new_job_id("grid")
+    # Katib's controller reaches the suggestion service at <experiment>-<algorithm>.<ns>.
+    resolve_to_loopback(katib_cluster.hosts, f"{name}-grid.{namespace}")
+    engine = KubeflowEngine(api_client=api, namespace=namespace)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(jobids, "new_job_id", lambda _name: name)
+            created = await engine.submit_experiment(TEMPLATE, GRID, "alice")
+    finally:
+        await engine.close()
     assert created["spec"]["algorithm"] == {"algorithmName": "grid"}
     assert created["spec"]["maxTrialCount"] == 6
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    selector = f"katib.kubeflow.org/experiment={name}"
+
+    async def two_trials() -> list[Any]:
+        listed = await custom.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, "trials", label_selector=selector
+        )
+        return listed["items"] if len(listed["items"]) >= 2 else []
+
+    trials = await eventually(two_trials, "Katib to make the first two trials (parallel 2)")
+    assert len(trials) == 2  # no more at once than %parallel
+    points = set()
+    for trial in trials:
+        trial_name = trial["metadata"]["name"]
+        assigned = {a["name"]: a["value"] for a in trial["spec"]["parameterAssignments"]}
+        assert assigned["lr"] in ("0.3", "0.1", "0.03") and assigned["opt"] in ("adam", "sgd")
+        points.add((assigned["lr"], assigned["opt"]))
+
+        async def job(trial_name: str = trial_name) -> Any:
+            try:
+                return await custom.get_namespaced_custom_object(
+                    "kubeflow.org", "v1", namespace, "pytorchjobs", trial_name
+                )
+            except client.exceptions.ApiException as error:
+                if error.status == 404:
+                    return None
+                raise
+
+        made = await eventually(job, f"the PyTorchJob of trial {trial_name}")
+        assert made["metadata"]["labels"]["app.kubernetes.io/instance"] == trial_name
+        for role, replica in made["spec"]["pytorchReplicaSpecs"].items():
+            [container] = replica["template"]["spec"]["containers"]
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert json.loads(env["DISTRUN_PARAMS"]) == {
+                "lr": float(assigned["lr"]),
+                "opt": assigned["opt"],
+            }, role
+            assert env["DISTRUN_PARAM_LR"] == assigned["lr"]
+            assert env["DISTRUN_PARAM_OPT"] == assigned["opt"]
+            assert env["DISTRUN_SWEEP"] == f"{name}/{trial_name}"
+            assert env["DISTRUN_JOB_ID"] == trial_name
+            assert replica["template"]["spec"]["volumes"][0]["configMap"]["name"] == name
+    assert len(points) == 2, "two different points of the grid"
+
+    # The Training Operator makes the trials' pods; Katib's pod webhook wraps the master's
+    # command for its StdOut collector and adds the collector; the worker is left alone.
+    trial_name = trials[0]["metadata"]["name"]
+
+    async def pods() -> dict[str, Any]:
+        listed = await core.list_namespaced_pod(
+            namespace, label_selector=f"training.kubeflow.org/job-name={trial_name}"
+        )
+        found = {pod.metadata.name.removeprefix(f"{trial_name}-"): pod for pod in listed.items}
+        return found if {"master-0", "worker-0"} <= set(found) else {}
+
+    replicas = await eventually(pods, f"the pods of trial {trial_name}")
+    master = {c.name: c for c in replicas["master-0"].spec.containers}
+    assert "metrics-logger-and-collector" in master
+    assert master["pytorch"].command == ["sh", "-c"]
+    assert (
+        master["pytorch"].args[0].startswith("python main.py 1>/var/log/katib/metrics.log 2>&1 && ")
+    )
+    assert [c.name for c in replicas["worker-0"].spec.containers] == ["pytorch"]
+
+    await custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", name)
 
 
 def broken(namespace: str, breaks: str) -> dict[str, Any]:
@@ -235,9 +335,9 @@ def broken(namespace: str, breaks: str) -> dict[str, Any]:
     ],
 )
 async def test_katibs_webhook_refuses_a_broken_experiment_with_its_reason(
-    kube_admin: Any, katib_namespace: str, breaks: str, message: str
+    katib_admin: Any, katib_namespace: str, breaks: str, message: str
 ) -> None:
-    refused = await refusal(kube_admin, katib_namespace, broken(katib_namespace, breaks))
+    refused = await refusal(katib_admin, katib_namespace, broken(katib_namespace, breaks))
     assert 'admission webhook "validator.experiment.katib.kubeflow.org" denied' in refused
     assert message in refused
     if breaks == "placeholder":
@@ -245,9 +345,10 @@ async def test_katibs_webhook_refuses_a_broken_experiment_with_its_reason(
 
 
 async def test_katib_refuses_an_experiment_in_a_namespace_not_labelled_for_it(
-    kube_admin: Any, kube_namespace: str, katib_controller: KatibBinaries
+    katib_admin: Any, katib_cluster: KatibCluster
 ) -> None:
-    refused = await refusal(kube_admin, kube_namespace, rendered(GRID, kube_namespace))
+    namespace = new_namespace(katib_cluster, labelled=False)
+    refused = await refusal(katib_admin, namespace, rendered(GRID, namespace))
     assert f'the namespace lacks label "{INJECTION_LABEL}: {INJECTION_ENABLED}"' in refused
 
 
@@ -282,10 +383,8 @@ def test_katibs_own_stdout_parser_reads_distruns_metric_lines_with_the_filters(
     assert accuracy == [("accuracy", "0.1"), ("accuracy", "0.9")]
 
 
-def test_katibs_crds_are_installed_from_its_module(
-    kube_cluster: KubeCluster, katib_controller: KatibBinaries
-) -> None:
-    extensions = kubernetes.client.ApiextensionsV1Api(kube_cluster.admin)
+def test_katibs_crds_are_installed_from_its_module(katib_cluster: KatibCluster) -> None:
+    extensions = kubernetes.client.ApiextensionsV1Api(katib_cluster.cluster.admin)
     for plural in ("experiments", "trials", "suggestions"):
         try:
             crd = extensions.read_custom_resource_definition(f"{plural}.{GROUP}")
