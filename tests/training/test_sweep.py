@@ -17,38 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.training, needs_module("torch
 
 RATES = (0.3, 0.1, 0.03, 0.01, 0.003, 0.001)
 
-SWEEP_CELL = f"""\
-%framework=pytorch
-%worker=1
-%env=OMP_NUM_THREADS=1
-%sweep.lr={",".join(map(str, RATES))}
-%parallel=2
-%objective=loss:min
-%earlyStop=median:3
-import time
-
-import distrun
-import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-
-params = distrun.params(lr=0.1)
-dist.init_process_group("gloo")
-torch.manual_seed(0)
-model = DistributedDataParallel(torch.nn.Linear(1, 1))
-optimizer = torch.optim.SGD(model.parameters(), lr=params["lr"])
-x = torch.linspace(-1, 1, 64).unsqueeze(1)
-y = 3 * x
-for step in range(1, 9):
-    loss = ((model(x) - y) ** 2).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-    if dist.get_rank() == 0:
-        print(f"step {{step}} loss={{loss.item():.6f}}", flush=True)
-    time.sleep(0.4)
-dist.destroy_process_group()
-"""
+SWEEP_CELL = (Path(__file__).parents[2] / "examples" / "sweep_lr.ipy").read_text()
 
 
 def run_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
