@@ -468,6 +468,11 @@ def test_a_sweep_runs_through_a_server_whose_run_distributed_refuses_it_saying_h
     result = distrun(remote, "sweep", write(tmp_path / "sweep.py", SWEEP_CELL))
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-3].split()[:4] == ["*", "#0", "0.5", "succeeded"]
+    # Katib: only a server's Kubeflow engine takes a sweep whole; here, the server says so.
+    katib = distrun(remote, "sweep", str(tmp_path / "sweep.py"), "--katib")
+    assert katib.returncode != 0 and "only a Kubeflow engine" in katib.stderr
+    alone = distrun(env, "sweep", str(tmp_path / "sweep.py"), "--katib")
+    assert alone.returncode != 0 and "--url" in alone.stderr
 
 
 def test_a_kernel_with_distrun_url_submits_through_the_server(

@@ -6,12 +6,16 @@ import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 from jupyter_server.auth import Authorizer
 from jupyter_server.auth.identity import IdentityProvider, User
 from jupyter_server.serverapp import ServerApp
+from openapi_core import OpenAPI
+from openapi_core.testing import MockRequest, MockResponse
 
 # The jp_* fixtures (pytest_plugins is only honoured in the rootdir's conftest).
 from pytest_jupyter.jupyter_server import *
@@ -21,6 +25,7 @@ from tornado.web import RequestHandler
 from distrun.server.app import DistrunApp
 from tests.fake_engine import FakeEngine
 
+OPENAPI_DOCUMENT = Path(__file__).parents[2] / "server_ext" / "distrun" / "server" / "openapi.yaml"
 BOB_TOKEN = "bob-secret-token"
 BOB = {"Authorization": f"token {BOB_TOKEN}"}
 CAROL_TOKEN = "carol-read-only-token"
@@ -136,3 +141,49 @@ def handler_methods(handler: type[RequestHandler]) -> set[str]:
         for method in ("get", "post", "put", "patch", "delete")
         if getattr(handler, method) is not getattr(RequestHandler, method)
     }
+
+
+@pytest.fixture
+def checked(http_server_client, jp_auth_header):
+    """A request to the real server whose request and response are validated against the
+    document; returns (status, body)."""
+    openapi = OpenAPI.from_file_path(str(OPENAPI_DOCUMENT))
+
+    async def call(
+        method: str, path: str, body: Any = None, *, valid_request: bool = True
+    ) -> tuple[int, Any]:
+        data = None if body is None else body if isinstance(body, bytes) else json.dumps(body)
+        response = await http_server_client.fetch(
+            "/a%40b" + path,
+            method=method,
+            body=data,
+            headers=jp_auth_header,
+            raise_error=False,
+            allow_nonstandard_methods=True,
+        )
+        url = urlsplit(path)
+        request = MockRequest(
+            "http://localhost",
+            method,
+            url.path,
+            args=parse_qsl(url.query),
+            headers=jp_auth_header,
+            data=data.encode() if isinstance(data, str) else data,
+        )
+        if valid_request:
+            openapi.validate_request(request)
+        content_type = response.headers.get("Content-Type", "")
+        openapi.validate_response(
+            request,
+            MockResponse(
+                response.body,
+                status_code=response.code,
+                headers=dict(response.headers),
+                content_type=content_type,
+            ),
+        )
+        if content_type.startswith("application/json") and response.body:
+            return response.code, json.loads(response.body)
+        return response.code, response.body.decode()
+
+    return call

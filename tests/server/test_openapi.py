@@ -2,14 +2,10 @@
 
 import json
 from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 import yaml
 from jsonschema import ValidationError
-from openapi_core import OpenAPI
-from openapi_core.testing import MockRequest, MockResponse
 from openapi_schema_validator import OAS31Validator
 from openapi_spec_validator import validate as validate_document
 
@@ -32,52 +28,6 @@ async def test_every_route_is_documented_with_its_methods_and_nothing_else(jp_se
     for path, handler in routes.items():
         documented = set(DOCUMENT["paths"][path]) - {"parameters"}
         assert documented == handler_methods(handler), path
-
-
-@pytest.fixture
-def checked(http_server_client, jp_auth_header):
-    """A request to the real server whose request and response are validated against the
-    document; returns (status, body)."""
-    openapi = OpenAPI.from_file_path(str(DOCUMENT_PATH))
-
-    async def call(
-        method: str, path: str, body: Any = None, *, valid_request: bool = True
-    ) -> tuple[int, Any]:
-        data = None if body is None else body if isinstance(body, bytes) else json.dumps(body)
-        response = await http_server_client.fetch(
-            "/a%40b" + path,
-            method=method,
-            body=data,
-            headers=jp_auth_header,
-            raise_error=False,
-            allow_nonstandard_methods=True,
-        )
-        url = urlsplit(path)
-        request = MockRequest(
-            "http://localhost",
-            method,
-            url.path,
-            args=parse_qsl(url.query),
-            headers=jp_auth_header,
-            data=data.encode() if isinstance(data, str) else data,
-        )
-        if valid_request:
-            openapi.validate_request(request)
-        content_type = response.headers.get("Content-Type", "")
-        openapi.validate_response(
-            request,
-            MockResponse(
-                response.body,
-                status_code=response.code,
-                headers=dict(response.headers),
-                content_type=content_type,
-            ),
-        )
-        if content_type.startswith("application/json") and response.body:
-            return response.code, json.loads(response.body)
-        return response.code, response.body.decode()
-
-    return call
 
 
 async def test_real_responses_match_the_document(checked, fake_engine):

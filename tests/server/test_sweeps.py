@@ -10,10 +10,9 @@ import pytest
 from distrun.client.sweep_runner import Trial, trial_spec
 from distrun.core.job import JobState
 from distrun.core.spec import JobSpec
-from distrun.core.sweep import EarlyStop, Objective, Param, SweepSpec, Values
+from distrun.core.sweep import EarlyStop, Objective, Param, SweepSpec, Values, to_dict
 from tests.fake_engine import FakeEngine
 from tests.server.conftest import BOB, CAROL
-from tests.server.test_openapi import checked  # noqa: F401  (the fixture)
 from tests.server.test_rest import expect_error
 
 TEMPLATE = JobSpec.from_dict({"framework": "pytorch", "code": "pass\n", "name": "fit"})
@@ -97,7 +96,7 @@ async def test_one_user_never_reaches_anothers_sweep(api, three_trials, fake_eng
     assert fake_engine.job(three_trials[0]["id"]).state == JobState.SUCCEEDED
 
 
-async def test_jobs_metrics_side_by_side(api, checked, three_trials):  # noqa: F811
+async def test_jobs_metrics_side_by_side(api, checked, three_trials):
     ids = [trial["id"] for trial in three_trials[:2]]
     status, body = await checked("GET", f"/distrun/metrics?job={ids[0]}&job={ids[1]}")
     assert status == 200
@@ -113,7 +112,7 @@ async def test_a_bad_sweep_id_is_a_404_with_a_message(api):
     assert "no sweep" in body["message"]
 
 
-async def test_sweep_responses_match_the_document(checked, three_trials):  # noqa: F811
+async def test_sweep_responses_match_the_document(checked, three_trials):
     assert (await checked("GET", "/distrun/sweeps"))[0] == 200
     assert (await checked("GET", "/distrun/sweeps/sweep-abc123"))[0] == 200
     job = three_trials[0]["id"]
@@ -122,3 +121,78 @@ async def test_sweep_responses_match_the_document(checked, three_trials):  # noq
     assert (await checked("POST", "/distrun/sweeps/sweep-abc123/cancel", {}))[0] == 200
     assert await checked("DELETE", "/distrun/sweeps/sweep-abc123") == (204, "")
     assert (await checked("GET", "/distrun/sweeps/sweep-abc123"))[0] == 404
+
+
+class FakeKubeflow(FakeEngine):
+    """An engine that hands sweeps to a (recorded) Katib."""
+
+    def __init__(self) -> None:
+        super().__init__("kubeflow")
+        self.experiments: list[tuple[JobSpec, SweepSpec, str]] = []
+
+    async def submit_experiment(self, spec: JobSpec, sweep: SweepSpec, owner: str) -> Any:
+        self.experiments.append((spec, sweep, owner))
+        return {"metadata": {"name": "fit-ab12c", "namespace": f"team-{owner}"}}
+
+
+@pytest.fixture
+def kubeflow() -> FakeKubeflow:
+    return FakeKubeflow()
+
+
+@pytest.fixture
+def jp_server_config(jp_server_config, kubeflow):
+    factories = jp_server_config["DistrunApp"]["engine_factories"]
+    return {
+        **jp_server_config,
+        "DistrunApp": {"engine_factories": {**factories, "kubeflow": lambda app: kubeflow}},
+    }
+
+
+SWEEP_CELL = "%framework=pytorch\n%engine=kubeflow\n%sweep.lr=0.1,0.01\n%objective=loss:min\npass\n"
+
+
+async def test_a_sweep_cell_goes_to_katib_on_a_kubeflow_engine(checked, kubeflow):
+    status, body = await checked("POST", "/distrun/sweeps", {"cell": SWEEP_CELL, "via": "katib"})
+    assert (status, body) == (
+        201,
+        {
+            "via": "katib",
+            "engine": "kubeflow",
+            "namespace": "team-alice",
+            "experiment": "fit-ab12c",
+        },
+    )
+    ((spec, sweep, owner),) = kubeflow.experiments
+    assert (spec.framework, owner, sweep.params[0].name) == ("pytorch", "alice", "lr")
+    assert "sweep" not in spec.code and "pass" in spec.code
+
+
+async def test_what_the_server_does_not_run_as_a_sweep_is_a_400_saying_what_to_do(
+    api, checked, kubeflow
+):
+    status, body = await checked(
+        "POST", "/distrun/sweeps", {"cell": SWEEP_CELL}, valid_request=False
+    )
+    assert status == 400 and "distrun sweep FILE" in body["message"]
+    local = SWEEP_CELL.replace("%engine=kubeflow\n", "")
+    status, body = await checked("POST", "/distrun/sweeps", {"cell": local, "via": "katib"})
+    assert status == 400 and "only a Kubeflow engine" in body["message"]
+    no_sweep = "%framework=pytorch\n%engine=kubeflow\npass\n"
+    status, body = await checked("POST", "/distrun/sweeps", {"cell": no_sweep, "via": "katib"})
+    assert status == 400 and "%sweep.lr=" in body["message"]
+    body = await expect_error(api, 400, "jobs", method="POST", body={"cell": SWEEP_CELL})
+    assert "Run distributed" in body["message"]
+    assert kubeflow.experiments == []
+
+
+async def test_a_spec_and_a_sweep_go_to_katib_as_distrun_sweep_sends_them(checked, kubeflow):
+    spec = {**TEMPLATE.to_dict(), "engine": "kubeflow"}
+    body = {"spec": spec, "sweep": to_dict(SWEEP), "via": "katib"}
+    status, created = await checked("POST", "/distrun/sweeps", body)
+    assert status == 201 and created["experiment"] == "fit-ab12c"
+    ((sent_spec, sent_sweep, _),) = kubeflow.experiments
+    assert sent_spec.name == "fit" and sent_sweep == SWEEP
+    bad = {**body, "sweep": {"params": {"lr": {"uniform": [1, 0]}}}}
+    status, refused = await checked("POST", "/distrun/sweeps", bad, valid_request=False)
+    assert status == 400 and "lr" in refused["message"]

@@ -22,7 +22,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distrun.client.base import Client, read_files, spec_from_text
 from distrun.client.connect import client_from_env
@@ -51,6 +51,9 @@ from distrun.core.gpus import GPU_FALLBACKS, GpuAmount, parse_gpu
 from distrun.core.spec import JobSpec, Limits
 from distrun.core.version import distrun_version
 from distrun.engines.local import capabilities
+
+if TYPE_CHECKING:
+    from distrun.core.sweep import SweepSpec
 
 ROLE_FLAGS = {  # role -> its flags; plural forms as the %%distrun magic accepts them
     "master": ("--master", "--masters"),
@@ -214,6 +217,11 @@ def build_parser() -> argparse.ArgumentParser:
         "sweep", parents=[backend], help="run FILE's parameter sweep and print its results"
     )
     sweep.add_argument("file", metavar="FILE", help="a cell whose header declares %%sweep.<name>=")
+    sweep.add_argument(
+        "--katib",
+        action="store_true",
+        help="hand the sweep to the cluster's Katib as one Experiment (a server's Kubeflow engine)",
+    )
     add_spec_flags(sweep)
 
     logs = commands.add_parser("logs", parents=[backend], help="print a job's logs")
@@ -365,6 +373,22 @@ async def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     return EXIT_SUCCEEDED
 
 
+async def _sweep_on_katib(client: Client, template: JobSpec, sweep: "SweepSpec") -> int:
+    from distrun.client.server_client import ServerClient
+    from distrun.core.sweep import to_dict
+
+    if not isinstance(client, ServerClient):
+        raise SpecError(
+            "--katib hands the sweep to a cluster's Katib through a server with a Kubeflow "
+            "engine: name the server with --url (or DISTRUN_URL)"
+        )
+    created = await client.submit_experiment(template, to_dict(sweep))
+    where = f"{created['namespace']}/{created['experiment']}"
+    _print(f"[distrun] Katib Experiment {where} created on engine {created['engine']}")
+    _print(f"[distrun] follow it with: kubectl get experiment -n {created['namespace']} -w")
+    return EXIT_SUCCEEDED
+
+
 async def cmd_sweep(client: Client, args: argparse.Namespace) -> int:
     """Runs the file's sweep to its end (Ctrl-C cancels the trials still running); 1 when
     every trial failed."""
@@ -378,6 +402,8 @@ async def cmd_sweep(client: Client, args: argparse.Namespace) -> int:
             f"{args.file} declares no sweep: add a line like %sweep.lr=0.1,0.01 to its header"
         )
     template = build_spec(text, args, await client.limits(), Path(args.file).resolve().parent)
+    if args.katib:
+        return await _sweep_on_katib(client, template, sweep)
     run = SweepRun(client, template, sweep, on_change=progress_printer(_print))
     _print(f"[distrun] sweep {run.id}: {len(run.trials)} trials, {sweep.parallel} at a time")
     runner = asyncio.ensure_future(run.run())

@@ -179,6 +179,12 @@ class ServerClient:
         job: dict[str, Any] = await self._request("POST", "distrun/jobs", body)
         return job
 
+    async def submit_experiment(self, spec: JobSpec, sweep: dict[str, Any]) -> dict[str, Any]:
+        """Hands a sweep (core/sweep.to_dict) of `spec` to the cluster's Katib."""
+        body = {"spec": spec.to_dict(), "sweep": sweep, "via": "katib"}
+        created: dict[str, Any] = await self._request("POST", "distrun/sweeps", body)
+        return created
+
     async def list_jobs(self) -> list[dict[str, Any]]:
         answer = await self._request("GET", "distrun/jobs")
         jobs: list[dict[str, Any]] = answer["jobs"]

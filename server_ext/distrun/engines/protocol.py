@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 from distrun.core.job import Job
 from distrun.core.logs import Cursor, LogEvent, LogLine
 from distrun.core.spec import JobSpec
+from distrun.core.sweep import SweepSpec
 
 
 @dataclass(frozen=True)
@@ -82,4 +83,18 @@ class Engine(Protocol):
 
     async def close(self) -> None:
         """Release watches and tasks; jobs keep running."""
+        ...
+
+
+@runtime_checkable
+class ExperimentEngine(Protocol):
+    """An engine that can hand a whole sweep to the cluster's own experiment controller
+    (Katib) instead of distrun's runner driving its trials."""
+
+    name: str
+
+    async def submit_experiment(
+        self, spec: JobSpec, sweep: SweepSpec, owner: str
+    ) -> dict[str, Any]:
+        """Creates the experiment; returns it as created."""
         ...

@@ -174,10 +174,39 @@ async def _engine_info(engine: Engine) -> EngineInfo:
         return EngineInfo(name=engine.name, description="", available=False, reason=str(err))
 
 
-class JobsHandler(DistrunHandler):
+class CellHandler(DistrunHandler):
+    """A handler that makes a job spec of a request's cell."""
+
     def body_limit(self) -> int:
         return self.app.max_body_bytes
 
+    async def spec_from_cell_body(self, body: dict[str, Any]) -> JobSpec:
+        """The spec of `body`'s cell (its header, `overrides` winning), with the files its
+        `%files=` names read from `cwd` inside the server's root."""
+        cell, overrides, cwd = body["cell"], body.get("overrides"), body.get("cwd") or ""
+        if not isinstance(cell, str):
+            raise SpecError("cell must be a string", field="cell")
+        if overrides is not None and not isinstance(overrides, dict):
+            raise SpecError("overrides must be an object of job spec fields", field="overrides")
+        if not isinstance(cwd, str):
+            raise SpecError("cwd must be a path relative to the server's root", field="cwd")
+        limits = self.app.limits
+        parsed: tuple[JobSpec, list[str]] = spec_from_cell(cell, overrides, limits)
+        spec, file_refs = parsed
+        if not file_refs:
+            return spec
+        files = await asyncio.to_thread(
+            read_cell_files,
+            self.serverapp.root_dir,
+            cwd,
+            file_refs,
+            limits.max_payload_bytes,
+            bool(self.contents_manager.allow_hidden),
+        )
+        return JobSpec.from_dict({**spec.to_dict(), "files": {**spec.files, **files}}, limits)
+
+
+class JobsHandler(CellHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
@@ -194,7 +223,7 @@ class JobsHandler(DistrunHandler):
         if ("spec" in body) == ("cell" in body):
             raise SpecError('send either {"spec": {...}} or {"cell": "..."}')
         if "spec" in body:
-            _check_keys(body, {"spec"})
+            check_keys(body, {"spec"})
             spec = JobSpec.from_dict(body["spec"], self.app.limits)
         else:
             spec = await self._spec_from_cell(body)
@@ -207,35 +236,16 @@ class JobsHandler(DistrunHandler):
         self.finish(job.to_json())
 
     async def _spec_from_cell(self, body: dict[str, Any]) -> JobSpec:
-        _check_keys(body, {"cell", "overrides", "cwd"})
-        cell, overrides, cwd = body["cell"], body.get("overrides"), body.get("cwd") or ""
-        if not isinstance(cell, str):
-            raise SpecError("cell must be a string", field="cell")
-        if overrides is not None and not isinstance(overrides, dict):
-            raise SpecError("overrides must be an object of job spec fields", field="overrides")
-        if not isinstance(cwd, str):
-            raise SpecError("cwd must be a path relative to the server's root", field="cwd")
-        limits = self.app.limits
-        if parse_cell(cell).sweep is not None:
+        check_keys(body, {"cell", "overrides", "cwd"})
+        if isinstance(body["cell"], str) and parse_cell(body["cell"]).sweep is not None:
             raise SpecError(
-                "this cell declares a parameter sweep (%sweep. lines), and Run distributed "
-                "runs one job: run the sweep with `distrun sweep FILE`, or in the notebook "
-                "after `%load_ext distrun.kernel_magic`, or remove the sweep lines",
+                "this cell declares a parameter sweep (%sweep. lines), and this call runs one "
+                "job: run the sweep with Run distributed (it runs in the notebook's kernel), "
+                "`distrun sweep FILE`, or after `%load_ext distrun.kernel_magic`, or remove "
+                "the sweep lines",
                 field="cell",
             )
-        parsed: tuple[JobSpec, list[str]] = spec_from_cell(cell, overrides, limits)
-        spec, file_refs = parsed
-        if not file_refs:
-            return spec
-        files = await asyncio.to_thread(
-            read_cell_files,
-            self.serverapp.root_dir,
-            cwd,
-            file_refs,
-            limits.max_payload_bytes,
-            bool(self.contents_manager.allow_hidden),
-        )
-        return JobSpec.from_dict({**spec.to_dict(), "files": {**spec.files, **files}}, limits)
+        return await self.spec_from_cell_body(body)
 
 
 def _on_header_line(err: SpecError, body: dict[str, Any]) -> SpecError:
@@ -247,7 +257,7 @@ def _on_header_line(err: SpecError, body: dict[str, Any]) -> SpecError:
     return err if line is None else SpecError(str(err), line=line, field=err.field)
 
 
-def _check_keys(body: dict[str, Any], allowed: set[str]) -> None:
+def check_keys(body: dict[str, Any], allowed: set[str]) -> None:
     unknown = sorted(set(body) - allowed)
     if unknown:
         raise SpecError(

@@ -14,18 +14,76 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from distrun.core.errors import NotFound, SpecError
+from distrun.core.header import parse_cell
 from distrun.core.job import Job
 from distrun.core.jobids import check_job_id
 from distrun.core.metric_series import MetricSeries
+from distrun.core.spec import JobSpec
+from distrun.core.sweep import SweepSpec, from_dict
 from distrun.core.sweep_summary import MAX_POINTS, TrialJob, summary, sweeps_of
-from distrun.server.handlers import PAGE_LINES, DistrunHandler, next_cursor
+from distrun.engines.protocol import ExperimentEngine
+from distrun.server.handlers import (
+    PAGE_LINES,
+    CellHandler,
+    DistrunHandler,
+    check_keys,
+    next_cursor,
+)
 
 SWEEP_ID_RE = re.compile(r"[a-z][-a-z0-9]{0,39}\Z")
 MAX_COMPARED = 20  # jobs in one metrics request
 MAX_READ_AT_ONCE = 4  # logs read at the same time for one request
 
 
-class SweepsHandler(DistrunHandler):
+class SweepsHandler(CellHandler):
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        """Hands a sweep cell to the cluster's Katib (`"via": "katib"`): one Experiment whose
+        trials Katib runs. distrun's own runner is the command or kernel that starts it."""
+        body = self.json_body()
+        if body.get("via") != "katib":
+            raise SpecError(
+                "distrun's sweeps are run by whoever starts them: Run distributed (in the "
+                "notebook's kernel), `distrun sweep FILE` or the kernel magic; the server only "
+                'hands a sweep to Katib: send {"cell": "...", "via": "katib"}',
+                field="via",
+            )
+        spec, sweep = await self._spec_and_sweep(body)
+        engine = self.app.registry.get(spec.engine)
+        if not isinstance(engine, ExperimentEngine):
+            raise SpecError(
+                f"engine {engine.name!r} cannot hand a sweep to Katib: only a Kubeflow engine "
+                "(Training Operator kinds) can; name one with %engine=",
+                field="engine",
+            )
+        experiment = await engine.submit_experiment(spec, sweep, self.owner)
+        metadata = experiment.get("metadata") or {}
+        self.set_status(201)
+        self.finish(
+            {
+                "via": "katib",
+                "engine": engine.name,
+                "namespace": metadata.get("namespace"),
+                "experiment": metadata.get("name"),
+            }
+        )
+
+    async def _spec_and_sweep(self, body: dict[str, Any]) -> tuple[JobSpec, SweepSpec]:
+        """From a cell with a sweep header, or from a spec and a sweep (core/sweep.to_dict)."""
+        if "spec" in body:
+            check_keys(body, {"spec", "sweep", "via"})
+            return JobSpec.from_dict(body["spec"], self.app.limits), from_dict(body.get("sweep"))
+        check_keys(body, {"cell", "overrides", "cwd", "via"})
+        cell = body["cell"] if isinstance(body.get("cell"), str) else ""
+        sweep = parse_cell(cell).sweep
+        if sweep is None:
+            raise SpecError(
+                "the cell declares no sweep: add a line like %sweep.lr=0.1,0.01 to its header",
+                field="cell",
+            )
+        return await self.spec_from_cell_body(body), sweep
+
     @web.authenticated
     @authorized
     async def get(self) -> None:
