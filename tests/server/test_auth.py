@@ -14,6 +14,10 @@ EXPECTED_ROUTES = {
     "/distrun/jobs/{job_id}/cancel",
     "/distrun/jobs/{job_id}/logs",
     "/distrun/jobs/{job_id}/logs/stream",
+    "/distrun/metrics",
+    "/distrun/sweeps",
+    "/distrun/sweeps/{sweep_id}",
+    "/distrun/sweeps/{sweep_id}/cancel",
 }
 SPEC = {"framework": "generic", "code": ""}
 
@@ -31,7 +35,8 @@ async def test_every_route_and_method_rejects_requests_without_a_valid_token(
     )
     checked = 0
     for template, handler in distrun_routes(jp_serverapp).items():
-        url = "/a%40b" + template.replace("{job_id}", job["id"])
+        path = template.replace("{job_id}", job["id"]).replace("{sweep_id}", "sweep-abc123")
+        url = "/a%40b" + path
         for method in handler_methods(handler):
             body = "{}" if method in ("post", "put", "patch") else None
             response = await http_server_client.fetch(
@@ -40,7 +45,7 @@ async def test_every_route_and_method_rejects_requests_without_a_valid_token(
             assert response.code in (401, 403), (method, url, response.code)
             assert b"Traceback" not in response.body
             checked += 1
-    assert checked == 8
+    assert checked == 14
     assert fake_engine.job(job["id"]).state.value == "pending"  # the anonymous cancel did nothing
 
 
