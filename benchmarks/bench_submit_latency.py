@@ -1,13 +1,16 @@
-"""Submit-to-first-log-line latency of a 3-replica generic job through the local engine, against
-the floor: the same 3 Python processes started from a fixed shell script.
+"""Submit-to-first-log-line latency of an N-replica generic job (3 by default) through the local
+engine, against the floor: the same N Python processes started from a fixed shell script.
 
-    python benchmarks/bench_submit_latency.py [--repetitions 7]
+    python benchmarks/bench_submit_latency.py [--repetitions 7] [--replicas 3]
 
 Both sides run the same one-line program per replica. For each we time, from the moment we ask
 for the job, the first line any replica prints and the moment every replica has printed its line.
-The local engine's first line is also split into where its time went, from the job's own
-records: submit to the supervisor starting the replicas (status `started_at`), to the first
-line captured (its log time), to the first line received by the follower.
+The local engine runs twice: warm (its next job's supervisor started and waiting, as after a
+person's pause between runs: the benchmark waits a second before each submission) and cold
+(an engine without a waiting supervisor: every job starts its own interpreter first). The
+engine's first line is also split into where its time went, from the job's own records: submit
+to the supervisor starting the replicas (status `started_at`), to the first line captured (its
+log time), to the first line received by the follower.
 """
 
 import argparse
@@ -26,22 +29,24 @@ from _common import median, ms, require_local_engine, skip, use_repo_package
 if TYPE_CHECKING:
     from distrun.engines.protocol import Engine
 
-REPLICAS = 3
 REPLICA_CODE = 'import os\nprint("hello from", os.environ.get("RANK", "?"), flush=True)\n'
-# Fixed text; the interpreter and the program path arrive as arguments, never interpolated.
-SHELL_LAUNCHER = 'for r in 0 1 2; do RANK=$r "$0" "$1" & done; wait'
+# Fixed text; the interpreter, the program path and the count arrive as arguments, never
+# interpolated.
+SHELL_LAUNCHER = 'r=0; while [ $r -lt "$2" ]; do RANK=$r "$0" "$1" & r=$((r+1)); done; wait'
+PAUSE_SECONDS = 1.0  # before each warm submission: the next supervisor is up by then
 
 
-def bare_processes(script: Path) -> tuple[float, float]:
+def bare_processes(script: Path, replicas: int) -> tuple[float, float]:
     """Seconds to the first line and to every replica's line, straight from a shell script."""
     start = time.perf_counter()
     launcher = subprocess.Popen(
-        ["/bin/sh", "-c", SHELL_LAUNCHER, sys.executable, str(script)], stdout=subprocess.PIPE
+        ["/bin/sh", "-c", SHELL_LAUNCHER, sys.executable, str(script), str(replicas)],
+        stdout=subprocess.PIPE,
     )
     assert launcher.stdout is not None
     launcher.stdout.readline()
     first = time.perf_counter() - start
-    for _ in range(REPLICAS - 1):
+    for _ in range(replicas - 1):
         launcher.stdout.readline()
     every = time.perf_counter() - start
     launcher.wait()
@@ -59,13 +64,13 @@ class Breakdown:
 
 
 async def through_local_engine(
-    engine: "Engine", owner: str, breakdowns: list[Breakdown] | None = None
+    engine: "Engine", owner: str, replicas: int, breakdowns: list[Breakdown] | None = None
 ) -> tuple[float, float]:
     from distrun.core.logs import LogBatch
     from distrun.core.spec import JobSpec
 
     spec = JobSpec.from_dict(
-        {"framework": "generic", "roles": {"worker": {"replicas": REPLICAS}}, "code": REPLICA_CODE}
+        {"framework": "generic", "roles": {"worker": {"replicas": replicas}}, "code": REPLICA_CODE}
     )
     start = time.perf_counter()
     wall_start = time.time()
@@ -82,7 +87,7 @@ async def through_local_engine(
                 first, received_at = now, time.time()
                 captured = min(line.time for line in event.lines)
             seen.update(line.replica for line in event.lines)
-            if every is None and len(seen) == REPLICAS:
+            if every is None and len(seen) == replicas:
                 every = now
     final = await engine.get_job(job.id, owner)
     if final.state.value != "succeeded":
@@ -101,41 +106,49 @@ async def through_local_engine(
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repetitions", type=int, default=7)
+    parser.add_argument("--replicas", type=int, default=3)
     args = parser.parse_args()
     use_repo_package()
     require_local_engine()
     from distrun.core.spec import Limits
 
     local_engine_class = importlib.import_module("distrun.engines.local").LocalEngine
+    replicas = args.replicas
 
     with tempfile.TemporaryDirectory(prefix="distrun-bench-") as tmp:
         script = Path(tmp) / "replica.py"
         script.write_text(REPLICA_CODE)
-        engine = local_engine_class(Path(tmp) / "state", Limits())
-        bare_processes(script)  # warm the page cache for both sides
-        await through_local_engine(engine, "bench")
-        bare, local = [], []
-        breakdowns: list[Breakdown] = []
+        warm = local_engine_class(Path(tmp) / "warm", Limits())
+        cold = local_engine_class(Path(tmp) / "cold", Limits(), warm_supervisor=False)
+        bare_processes(script, replicas)  # warm the page cache for every side
+        await through_local_engine(cold, "bench", replicas)
+        bare, warm_runs, cold_runs = [], [], []
+        warm_parts: list[Breakdown] = []
+        cold_parts: list[Breakdown] = []
         for _ in range(args.repetitions):
-            bare.append(bare_processes(script))
-            local.append(await through_local_engine(engine, "bench", breakdowns))
-        await engine.close()
+            bare.append(bare_processes(script, replicas))
+            cold_runs.append(await through_local_engine(cold, "bench", replicas, cold_parts))
+            await warm.prepare()
+            await asyncio.sleep(PAUSE_SECONDS)
+            warm_runs.append(await through_local_engine(warm, "bench", replicas, warm_parts))
+        await warm.close()
+        await cold.close()
 
-    print(f"submit-to-first-log-line, {REPLICAS} replicas, median of {args.repetitions} runs")
-    print(f"{'':24}{'first line':>14}{'every replica':>16}")
-    for name, runs in (("bare shell + python", bare), ("local engine", local)):
+    print(f"submit-to-first-log-line, {replicas} replicas, median of {args.repetitions} runs")
+    print(f"{'':28}{'first line':>14}{'every replica':>16}{'ratio':>8}")
+    floor = median([r[0] for r in bare])
+    sides = (("bare shell + python", bare), ("local engine, warm", warm_runs))
+    for name, runs in (*sides, ("local engine, cold", cold_runs)):
         first, every = median([r[0] for r in runs]), median([r[1] for r in runs])
-        print(f"{name:24}{ms(first):>14}{ms(every):>16}")
-    overhead = median([r[0] for r in local]) - median([r[0] for r in bare])
-    print(f"local engine overhead on the first line: {ms(overhead).strip()}")
-    if breakdowns:
-        started = median([b.to_started for b in breakdowns])
-        captured = median([b.to_captured for b in breakdowns])
-        received = median([b.to_received for b in breakdowns])
+        print(f"{name:28}{ms(first):>14}{ms(every):>16}{first / floor:>7.2f}x")
+    for name, parts in (("warm", warm_parts), ("cold", cold_parts)):
+        started = median([b.to_started for b in parts])
+        captured = median([b.to_captured for b in parts])
+        received = median([b.to_received for b in parts])
         print(
-            f"local engine first line, from submit (medians; log times have 1 ms resolution): "
-            f"replicas started {ms(started).strip()}, first line captured "
-            f"{ms(captured).strip()}, received {ms(received).strip()}"
+            f"{name}: from submit (medians; log times have 1 ms resolution): replicas started "
+            f"{ms(started).strip()}, first line captured {ms(captured).strip()}, received "
+            f"{ms(received).strip()}"
         )
 
 

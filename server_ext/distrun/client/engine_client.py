@@ -45,7 +45,8 @@ class EngineClient:
                 from distrun.engines.local.engine import LocalEngine
             except ImportError as exc:
                 raise ClientError(f"the local engine is not available: {exc}") from None
-            self._engine = LocalEngine(self.state_dir, self._limits)
+            # A command submits once and exits: a supervisor waiting for a next job is waste.
+            self._engine = LocalEngine(self.state_dir, self._limits, warm_supervisor=False)
         return self._engine
 
     async def limits(self) -> Limits:

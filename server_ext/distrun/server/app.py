@@ -139,6 +139,10 @@ class DistrunApp(ExtensionApp):
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         """Runs once the server's event loop does, after every extension has loaded."""
         self._token_file = point_kernels_here(serverapp, os.environ)
+        for engine in self._registry.all() if self._registry is not None else []:
+            prepare = getattr(engine, "prepare", None)  # the local engine's next supervisor
+            if prepare is not None:
+                await prepare()
         if self.freeze_startup_heap:
             gc.collect()  # start-up's garbage goes now, not into the permanent generation
             gc.freeze()

@@ -58,6 +58,7 @@ from distrun.engines.local.processes import (
     process_start_time,
     start_clock,
 )
+from distrun.engines.local.warm_supervisor import WAIT_FLAG, WarmSupervisor
 from distrun.engines.protocol import EngineInfo
 
 LOST_REASON = "lost: the supervisor process died (was the machine restarted?)"
@@ -84,6 +85,24 @@ _LAUNCHER = (
 )
 
 
+def _supervisor_process(
+    args: list[str], cwd: Path, stdin: Any, output: Any
+) -> "subprocess.Popen[bytes]":
+    process = subprocess.Popen(
+        # -S: no site-packages (it needs none), a faster start.
+        [sys.executable, "-S", "-c", _LAUNCHER, _PACKAGE_PARENT, *args],
+        cwd=cwd,
+        env=inherited_env(os.environ),  # the replicas inherit the supervisor's
+        stdin=stdin,
+        stdout=output,
+        stderr=output,
+        start_new_session=True,  # detached: it outlives this server
+    )
+    # Reap it when it ends, so it never lingers as a zombie of this server.
+    threading.Thread(target=process.wait, name=f"reap-{process.pid}", daemon=True).start()
+    return process
+
+
 GPU_INFO_SECONDS = 30.0  # how long the engine list may show GPUs found before
 
 
@@ -99,10 +118,13 @@ class LocalEngine:
         nice: int = 10,
         gpu_discovery: str = "auto",
         mps_pipe_directory: str | None = None,
+        warm_supervisor: bool = True,
     ) -> None:
         """`gpu_discovery`: how to find this machine's GPUs (auto: NVML, then nvidia-smi;
         none: treat it as having none); `mps_pipe_directory`: where the CUDA MPS daemon's pipes
-        are (else $CUDA_MPS_PIPE_DIRECTORY or /tmp/nvidia-mps)."""
+        are (else $CUDA_MPS_PIPE_DIRECTORY or /tmp/nvidia-mps); `warm_supervisor`: keep the
+        next job's supervisor started and waiting (warm_supervisor.py), from the first
+        submission or `prepare()` on."""
         if gpu_discovery not in gpu_devices.DISCOVERY:
             raise SpecError(
                 f"gpu_discovery {gpu_discovery!r} is not valid; configure one of "
@@ -118,6 +140,7 @@ class LocalEngine:
         # Replicas share this machine with the server: run them below it (0: beside it).
         self.nice = nice
         self._jobs_dir = Path(state_dir) / "jobs"
+        self._warm = WarmSupervisor(self._waiting_supervisor) if warm_supervisor else None
         self._submit_lock = asyncio.Lock()
         self._watchers: dict[str, _JobWatcher] = {}
         # One descriptor for the engine's life (None: poll instead), read once a job is followed.
@@ -270,7 +293,19 @@ class LocalEngine:
             self._unwatch(job_id)
             _close_after(follower.reading, readers)
 
+    async def prepare(self) -> None:
+        """Starts the next job's supervisor now, so that even the first job starts warm."""
+        if self._warm is None or unsupported_platform_reason() is not None:
+            return
+        try:
+            await asyncio.to_thread(self._jobs_dir.mkdir, parents=True, exist_ok=True)
+        except OSError:
+            return  # submissions will say why
+        await asyncio.to_thread(self._warm.prepare)
+
     async def close(self) -> None:
+        if self._warm is not None:
+            await asyncio.to_thread(self._warm.close)
         for watcher in self._watchers.values():
             watcher.stop()
         self._watchers.clear()
@@ -354,28 +389,32 @@ class LocalEngine:
         raise EngineError("could not find a free job id; try again")
 
     def _launch(self, files: JobFiles) -> None:
-        try:
-            log_fd = os.open(files.supervisor_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            with open(log_fd, "ab") as log:
-                process = subprocess.Popen(
-                    # -S: no site-packages (it needs none), a faster start.
-                    [sys.executable, "-S", "-c", _LAUNCHER, _PACKAGE_PARENT, str(files.dir)],
-                    cwd=files.dir,
-                    env=inherited_env(os.environ),  # the replicas inherit the supervisor's
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                    start_new_session=True,  # detached: it outlives this server
-                )
-        except OSError as error:
-            self._settle(files, JobState.FAILED, f"could not start the supervisor: {error}")
-            raise EngineError(f"could not start the job's supervisor: {error}") from None
+        process = self._warm.take(files.dir) if self._warm is not None else None
+        if process is None:
+            process = self._start_supervisor(files)
         clock = start_clock()
         started = process_start_time(process.pid, clock)
         record = {"pid": process.pid, "start_time": started, "clock": clock}
         write_json_atomic(files.supervisor, record)
-        # Reap it when it ends, so it never lingers as a zombie of this server.
-        threading.Thread(target=process.wait, name=f"reap-{process.pid}", daemon=True).start()
+
+    def _start_supervisor(self, files: JobFiles) -> "subprocess.Popen[bytes]":
+        try:
+            log_fd = os.open(files.supervisor_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with open(log_fd, "ab") as log:
+                return _supervisor_process(
+                    [str(files.dir)], cwd=files.dir, stdin=subprocess.DEVNULL, output=log
+                )
+        except OSError as error:
+            self._settle(files, JobState.FAILED, f"could not start the supervisor: {error}")
+            raise EngineError(f"could not start the job's supervisor: {error}") from None
+
+    def _waiting_supervisor(self) -> "subprocess.Popen[bytes]":
+        return _supervisor_process(
+            [WAIT_FLAG, str(self.nice)],
+            cwd=self._jobs_dir,
+            stdin=subprocess.PIPE,
+            output=subprocess.DEVNULL,
+        )
 
     # --- reading state ---
 

@@ -20,13 +20,25 @@ from pathlib import Path
 from distrun.core.job import JobState
 from distrun.engines.local.jobdir import JobFiles, JobStatus, read_json, write_json_atomic
 from distrun.engines.local.launch import Launch
-from distrun.engines.local.processes import kill_job_processes, start_guard
+from distrun.engines.local.processes import kill_job_processes, lower_priority, start_guard
+from distrun.engines.local.warm_supervisor import WAIT_FLAG, wait_for_job
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args[:1] == [WAIT_FLAG] and len(args) == 2:  # started ahead of its job, at its niceness
+        lower_priority(int(args[1]))
+        import distrun.engines.local.supervisor_loop  # noqa: F401  (loaded while it waits)
+
+        job_dir = wait_for_job(JobFiles(Path(".")).supervisor_log.name)
+        if job_dir is None:
+            return 0
+        args = [job_dir]
     if len(args) != 1:
-        print("usage: python -m distrun.engines.local.supervisor JOB_DIR", file=sys.stderr)
+        print(
+            "usage: python -m distrun.engines.local.supervisor JOB_DIR | --wait NICE",
+            file=sys.stderr,
+        )
         return 2
     files = JobFiles(Path(args[0]))
     try:

@@ -1,0 +1,99 @@
+"""A supervisor started ahead of its job: the interpreter up and the launch modules imported,
+waiting on a pipe for the job directory it will supervise. Handing it a job skips the start-up
+that otherwise comes first on every submission (issue 15: most of the local engine's time to
+the first line).
+
+It is an ordinary supervisor once it has its job: its own detached session (started with
+`start_new_session`), so the job still outlives the server. Only the waiting is tied to the
+engine: when the engine closes, or its process dies, the pipe reaches end-of-file and the
+waiting supervisor exits without doing anything.
+"""
+
+import contextlib
+import os
+import subprocess
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+WAIT_FLAG = "--wait"
+
+
+# The next supervisor starts this long after a job was handed over, so that its start-up does
+# not compete for the CPU with that job's replicas starting.
+REARM_DELAY_SECONDS = 0.25
+
+
+class WarmSupervisor:
+    """At most one supervisor waiting for a job; `take` hands it one, and the next one starts
+    shortly after."""
+
+    def __init__(self, start: Callable[[], "subprocess.Popen[bytes]"]) -> None:
+        self._start = start
+        self._waiting: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def prepare(self) -> None:
+        """Starts a waiting supervisor unless one is waiting already (blocks while it starts
+        the process, not while it imports); one that cannot start is not an error: jobs then
+        start their supervisor the usual way."""
+        with self._lock:
+            if self._waiting is None and not self._closed:
+                with contextlib.suppress(OSError):
+                    self._waiting = self._start()
+
+    def take(self, job_dir: Path) -> "subprocess.Popen[bytes] | None":
+        """The waiting supervisor, now running `job_dir`'s job; None when none was waiting or
+        it had died (start one the usual way then)."""
+        with self._lock:
+            process, self._waiting = self._waiting, None
+        handed = process is not None and _hand_over(process, job_dir)
+        rearm = threading.Timer(REARM_DELAY_SECONDS, self.prepare)
+        rearm.daemon = True
+        rearm.start()
+        return process if handed else None
+
+    def close(self) -> None:
+        """Ends the waiting supervisor (it exits at end-of-file) and starts no more."""
+        with self._lock:
+            self._closed = True
+            process, self._waiting = self._waiting, None
+        if process is not None and process.stdin is not None:
+            process.stdin.close()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _hand_over(process: "subprocess.Popen[bytes]", job_dir: Path) -> bool:
+    if process.poll() is not None or process.stdin is None:
+        return False
+    try:
+        process.stdin.write(os.fsencode(job_dir) + b"\n")
+        process.stdin.close()
+    except OSError:  # it died since: the pipe is broken
+        return False
+    return True
+
+
+def wait_for_job(log_name: str) -> str | None:
+    """In the waiting supervisor: the job directory once the engine sends it, with the process
+    moved into it (its working directory, its `log_name` file as stdout and stderr, stdin
+    closed); None at end-of-file (the engine closed or died)."""
+    data = b""
+    while chunk := os.read(0, 4096):  # the engine writes the line, then closes the pipe
+        data += chunk
+    if not data.endswith(b"\n"):
+        return None  # closed without a job
+    job_dir = os.fsdecode(data[:-1])
+    os.chdir(job_dir)
+    log = os.open(log_name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    return job_dir
