@@ -3,7 +3,10 @@
  * Browser figures for distrun's JupyterLab extension, in Debian's Chromium, against a real
  * JupyterLab with the real server extension and the local engine (started here):
  *
- * 1. Click on "Run distributed" to the first log line on screen (median of N runs).
+ * 1. Click on "Run distributed" to the first log line on screen for a 3-replica job (1 master,
+ *    2 workers, each printing its rank): the first run after the server started (cold), then
+ *    the median of N more (warm), beside the same notebook's plain cell (`print(...)`, run with
+ *    Ctrl+Enter in its own kernel) to its output on screen, median of N.
  * 2. Frame times (requestAnimationFrame deltas recorded in the page: p50/p95/max) while a job
  *    prints 100k lines/s into the cell output, side by side with plain JupyterLab printing the
  *    same lines at the same pace from the notebook's own kernel.
@@ -27,7 +30,10 @@ const { values: opts } = parseArgs({
     seconds: { type: 'string', default: '3' },
     rate: { type: 'string', default: '100000' },
     port: { type: 'string', default: '18931' },
-    chromium: { type: 'string', default: process.env.CHROMIUM_PATH || '/usr/bin/chromium' }
+    chromium: {
+      type: 'string',
+      default: process.env.CHROMIUM_PATH || '/usr/bin/chromium'
+    }
   }
 });
 const RUNS = Number(opts.runs);
@@ -44,7 +50,9 @@ let chromium;
 try {
   ({ chromium } = require('playwright-core'));
 } catch {
-  console.log('SKIPPED: playwright-core is missing; run `jlpm install` in ui-tests/ first');
+  console.log(
+    'SKIPPED: playwright-core is missing; run `jlpm install` in ui-tests/ first'
+  );
   process.exit(0);
 }
 
@@ -65,7 +73,10 @@ function printer(rate, seconds) {
   ].join('\n');
 }
 
-const FIRST_LINE_CELL = '%framework=generic\n%worker=1\nprint("first line", flush=True)';
+const FIRST_LINE_CELL =
+  '%framework=pytorch\n%worker=2\nimport os\nprint("rank", os.environ["RANK"], flush=True)';
+const PAUSE_MS = 1000;
+const PLAIN_FIRST_LINE_CELL = 'print("rank", 0, flush=True)';
 const FLOOD_CELL = `%framework=generic\n%worker=1\n${printer(RATE, SECONDS)}`;
 const PLAIN_CELL = printer(RATE, SECONDS);
 
@@ -73,11 +84,16 @@ function percentile(sorted, p) {
   if (!sorted.length) {
     return NaN;
   }
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+  return sorted[
+    Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))
+  ];
 }
 
 function median(values) {
-  return percentile([...values].sort((a, b) => a - b), 50);
+  return percentile(
+    [...values].sort((a, b) => a - b),
+    50
+  );
 }
 
 const ms = value => (Number.isFinite(value) ? `${value.toFixed(1)} ms` : 'n/a');
@@ -86,13 +102,20 @@ async function startLab() {
   const env = {
     ...process.env,
     PATH: `/tmp/warm/venv/bin:${process.env.PATH}`,
-    PYTHONPATH: [join(REPO, 'server_ext'), process.env.PYTHONPATH].filter(Boolean).join(':'),
+    PYTHONPATH: [join(REPO, 'server_ext'), process.env.PYTHONPATH]
+      .filter(Boolean)
+      .join(':'),
     DISTRUN_UI_PORT: opts.port,
     DISTRUN_UI_TOKEN: TOKEN
   };
   const lab = spawn(
     'jupyter',
-    ['lab', '--allow-root', '--config', join(REPO, 'ui-tests', 'jupyter_server_test_config.py')],
+    [
+      'lab',
+      '--allow-root',
+      '--config',
+      join(REPO, 'ui-tests', 'jupyter_server_test_config.py')
+    ],
     { env, stdio: ['ignore', 'ignore', 'pipe'], detached: true }
   );
   let log = '';
@@ -141,10 +164,14 @@ function countStreamLines() {
 
 async function newNotebook(page) {
   await page.goto(`${BASE}/lab?token=${TOKEN}`);
-  await page.waitForFunction(() => window.jupyterapp?.shell, null, { timeout: 120_000 });
+  await page.waitForFunction(() => window.jupyterapp?.shell, null, {
+    timeout: 120_000
+  });
   await page.evaluate(() => window.jupyterapp.restored);
   await page.evaluate(() =>
-    window.jupyterapp.commands.execute('notebook:create-new', { kernelName: 'python3' })
+    window.jupyterapp.commands.execute('notebook:create-new', {
+      kernelName: 'python3'
+    })
   );
   await page.waitForSelector('.jp-NotebookPanel .jp-Cell', { timeout: 60_000 });
   await page.waitForFunction(
@@ -169,10 +196,13 @@ async function setCell(page, source) {
 /** Click on the toolbar's Run distributed -> first `.jp-distrun-line` in the cell, in ms. */
 async function clickToFirstLine(page) {
   await setCell(page, FIRST_LINE_CELL);
-  const button = page.locator('.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]');
+  const button = page.locator(
+    '.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]'
+  );
   await page.evaluate(() => {
     window.__firstLine = new Promise(resolve => {
-      const cell = window.jupyterapp.shell.currentWidget.content.activeCell.node;
+      const cell =
+        window.jupyterapp.shell.currentWidget.content.activeCell.node;
       const button = document.querySelector(
         '.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]'
       );
@@ -185,7 +215,9 @@ async function clickToFirstLine(page) {
         if (clicked && cell.querySelector('.jp-distrun-line')) {
           // The frame the line is painted in.
           const seen = performance.now();
-          requestAnimationFrame(() => resolve({ seen, painted: performance.now(), clicked }));
+          requestAnimationFrame(() =>
+            resolve({ seen, painted: performance.now(), clicked })
+          );
           observer.disconnect();
         }
       });
@@ -199,6 +231,44 @@ async function clickToFirstLine(page) {
     { timeout: 60_000 }
   );
   return painted - clicked;
+}
+
+/** Ctrl+Enter on a plain cell -> its first output line painted, in ms. */
+async function plainCellToOutput(page) {
+  await setCell(page, PLAIN_FIRST_LINE_CELL);
+  await page.evaluate(() => {
+    window.__plainLine = new Promise(resolve => {
+      const cell =
+        window.jupyterapp.shell.currentWidget.content.activeCell.node;
+      let pressed = 0;
+      const onKey = event => {
+        if (event.key === 'Enter' && event.ctrlKey) {
+          pressed = performance.now();
+          document.removeEventListener('keydown', onKey, { capture: true });
+        }
+      };
+      document.addEventListener('keydown', onKey, { capture: true });
+      const observer = new MutationObserver(() => {
+        const output = cell.querySelector('.jp-OutputArea-output');
+        if (pressed && output && output.textContent.includes('rank')) {
+          requestAnimationFrame(() =>
+            resolve({ painted: performance.now(), pressed })
+          );
+          observer.disconnect();
+        }
+      });
+      observer.observe(cell, {
+        childList: true,
+        subtree: true,
+        characterData: true
+      });
+    });
+  });
+  // Into the cell's editor, as a person would, then run the cell in place.
+  await page.locator('.jp-Cell.jp-mod-active .jp-InputArea-editor').click();
+  await page.keyboard.press('Control+Enter');
+  const { painted, pressed } = await page.evaluate(() => window.__plainLine);
+  return painted - pressed;
 }
 
 function startFrames() {
@@ -252,13 +322,17 @@ async function floodFrames(page, source, run, done) {
     page.evaluate(stopFrames),
     new Promise(resolve => setTimeout(() => resolve(null), 30_000))
   ]);
-  const received = await page.evaluate(() => window.__distrunLines).catch(() => NaN);
+  const received = await page
+    .evaluate(() => window.__distrunLines)
+    .catch(() => NaN);
   return { frames, finished, runSeconds, received };
 }
 
 function report(label, result) {
   if (!result.frames) {
-    console.log(`${label}: the page did not answer within 30 s after the run (frozen)`);
+    console.log(
+      `${label}: the page did not answer within 30 s after the run (frozen)`
+    );
     return;
   }
   const f = frameFigures(result.frames);
@@ -273,29 +347,59 @@ async function main() {
   const lab = await startLab();
   const browser = await chromium.launch({
     executablePath: opts.chromium,
-    args: ['--no-sandbox', '--headless', '--disable-gpu', '--no-first-run', '--disable-sync']
+    args: [
+      '--no-sandbox',
+      '--headless',
+      '--disable-gpu',
+      '--no-first-run',
+      '--disable-sync'
+    ]
   });
   try {
-    const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+    const context = await browser.newContext({
+      viewport: { width: 1400, height: 900 }
+    });
     await context.addInitScript(countStreamLines);
     const page = await context.newPage();
     await newNotebook(page);
 
-    console.log(`Chromium ${browser.version()}, ${RUNS} runs, ${RATE} lines/s for ${SECONDS} s`);
+    console.log(
+      `Chromium ${browser.version()}, ${RUNS} runs, ${RATE} lines/s for ${SECONDS} s`
+    );
+    const cold = await clickToFirstLine(page);
     const latencies = [];
+    const plainRuns = [];
     for (let i = 0; i < RUNS; i++) {
+      plainRuns.push(await plainCellToOutput(page));
+      // A person's pause before the next run (the server prepares the next job meanwhile).
+      await page.waitForTimeout(PAUSE_MS);
       latencies.push(await clickToFirstLine(page));
     }
-    const sorted = [...latencies].sort((a, b) => a - b);
+    const spread = values => {
+      const sorted = [...values].sort((a, b) => a - b);
+      return `median ${ms(median(values))}, min ${ms(sorted[0])}, max ${ms(sorted[sorted.length - 1])}`;
+    };
     console.log(
-      `click on Run distributed -> first log line painted: median ${ms(median(latencies))}, ` +
-        `min ${ms(sorted[0])}, max ${ms(sorted[sorted.length - 1])} (${RUNS} runs)`
+      `plain cell, Ctrl+Enter -> output painted: ${spread(plainRuns)} (${RUNS} runs)`
+    );
+    console.log(
+      `click on Run distributed (3 replicas) -> first log line painted: warm ${spread(latencies)} ` +
+        `(${RUNS} runs), cold (the first run after the server started) ${ms(cold)}`
+    );
+    console.log(
+      `warm / plain cell: ${(median(latencies) / median(plainRuns)).toFixed(2)}x; ` +
+        `cold - warm: ${ms(cold - median(latencies))}`
     );
 
     const distrun = await floodFrames(
       page,
       FLOOD_CELL,
-      () => page.locator('.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]').click(),
+      () =>
+        page
+          .locator(
+            '.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]'
+          )
+          .click(),
       () =>
         !!document.querySelector(
           '.jp-Cell.jp-mod-active [data-test-id="distrun-job"][data-ended="true"]'
@@ -317,13 +421,17 @@ async function main() {
       PLAIN_CELL,
       () =>
         Promise.race([
-          plainPage.evaluate(() => window.jupyterapp.commands.execute('notebook:run-cell')),
+          plainPage.evaluate(() =>
+            window.jupyterapp.commands.execute('notebook:run-cell')
+          ),
           new Promise(resolve => setTimeout(resolve, RUN_LIMIT_SECONDS * 1000))
         ]),
       () => true
     );
 
-    console.log(`\nframe times (requestAnimationFrame deltas, ${SETTLE_SECONDS} s settle included):`);
+    console.log(
+      `\nframe times (requestAnimationFrame deltas, ${SETTLE_SECONDS} s settle included):`
+    );
     report('idle notebook (floor)', idle);
     report('distrun job output, 1 replica', distrun);
     console.log(
