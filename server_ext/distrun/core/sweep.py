@@ -163,6 +163,11 @@ def grid_size(spec: SweepSpec) -> int:
     return math.prod(len(cast(Values, p.space).values) for p in spec.params)
 
 
+def trial_count(spec: SweepSpec) -> int:
+    """How many trials `expand` gives, without drawing them."""
+    return grid_size(spec) if spec.search == "grid" else spec.trials or 0
+
+
 def _draw(space: Space, rng: random.Random) -> Value:
     if isinstance(space, Values | Choice):
         return rng.choice(space.values)

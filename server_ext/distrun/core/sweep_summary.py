@@ -17,11 +17,11 @@ from distrun.core.job import Job
 from distrun.core.metric_series import MetricSeries, Point
 from distrun.core.sweep import (
     SweepSpec,
-    expand,
     from_dict,
     median_stop,
     objective_value,
     to_dict,
+    trial_count,
 )
 from distrun.core.trial_env import PARAMS_ENV, sweep_definition, trial_of
 
@@ -68,7 +68,7 @@ def summary(sweep_id: str, trials: list[TrialJob]) -> dict[str, Any]:
     }
     rows = [_trial_json(t, spec, histories) for t in trials]
     states = [row["state"] for row in rows]
-    total = len(expand(spec)) if spec else len(trials)
+    total = trial_count(spec) if spec else len(trials)
     counts = {state: states.count(state) for state in dict.fromkeys(states)}
     if total > len(trials):
         counts["queued"] = total - len(trials)

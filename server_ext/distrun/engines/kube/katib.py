@@ -65,8 +65,8 @@ from distrun.core.sweep import (
     check,
     effective_seed,
     format_value,
-    grid_size,
     to_dict,
+    trial_count,
 )
 from distrun.core.trial_env import PARAM_ENV_PREFIX, PARAMS_ENV, SWEEP_ENV, SWEEP_SPEC_ENV
 from distrun.engines.kube.client import Obj, Resource
@@ -137,7 +137,7 @@ def katib_experiment(sweep: SweepSpec, job: Obj, namespace: str, name: str) -> d
     objective = _objective(sweep.objective)
     parameters = [_parameter(param) for param in sweep.params]
     numeric = {spec["name"]: spec["parameterType"] != "categorical" for spec in parameters}
-    trials = grid_size(sweep) if sweep.search == "grid" else sweep.trials or 0
+    trials = trial_count(sweep)
     spec: dict[str, Any] = {
         "parameters": parameters,
         "objective": objective,
