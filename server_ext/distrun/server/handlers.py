@@ -8,6 +8,7 @@ user never sees another's jobs. Domain errors become HTTP in http_errors.py.
 import asyncio
 import json
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -330,7 +331,7 @@ class LogsHandler(DistrunHandler):
     async def get(self, job_id: str) -> None:
         engine, job = await self.app.registry.find_job(check_job_id(job_id), self.owner)
         query = _LogQuery.parse(self, job)
-        reader = _LogReader(engine, job.id, self.owner)
+        reader = LogReader(engine, job.id, self.owner)
         if query.tail is not None:
             lines, cursor = await reader.tail(query.replicas, query.since, query.tail)
         elif query.output == "json":
@@ -347,21 +348,17 @@ class LogsHandler(DistrunHandler):
             text = _text(lines + partials, query.prefix)
             self.finish(text, set_content_type=TEXT_CONTENT_TYPE)
 
-    async def _stream_text(self, reader: "_LogReader", query: _LogQuery) -> None:
+    async def _stream_text(self, reader: "LogReader", query: _LogQuery) -> None:
         """Every line after `since`, page by page, so memory stays bounded however long the log."""
         self.set_header("Content-Type", TEXT_CONTENT_TYPE)
-        replicas = set(query.replicas)
         cursor = dict(query.since)
-        while True:
-            lines = await reader.page(replicas, cursor, PAGE_LINES)
+        async for lines, after in reader.pages(query.replicas, query.since):
             if lines:
                 self.write(_text(lines, query.prefix))
                 await self.flush()
-            cursor = next_cursor(cursor, query.replicas, lines)
-            if len(lines) < PAGE_LINES:
-                break
+            cursor = after
         if query.partial:
-            self.write(_text(await reader.partials(replicas, cursor), query.prefix))
+            self.write(_text(await reader.partials(set(query.replicas), cursor), query.prefix))
         self.finish(set_content_type=TEXT_CONTENT_TYPE)
 
 
@@ -371,7 +368,7 @@ def _text(lines: list[LogLine], prefix: bool) -> str:
     return "".join(f"{line.text}\n" for line in lines)
 
 
-class _LogReader:
+class LogReader:
     def __init__(self, engine: Engine, job_id: str, owner: str) -> None:
         self.engine, self.job_id, self.owner = engine, job_id, owner
 
@@ -385,6 +382,19 @@ class _LogReader:
             self.job_id, self.owner, since=since, replicas=replicas, limit=limit
         )
 
+    async def pages(
+        self, replicas: list[str], since: Cursor
+    ) -> AsyncIterator[tuple[list[LogLine], Cursor]]:
+        """Every line of `replicas` after `since`, a page at a time (so memory stays bounded
+        however long the log), each page with where the next one starts."""
+        cursor = dict(since)
+        while True:
+            lines = await self.page(set(replicas), cursor, PAGE_LINES)
+            cursor = next_cursor(cursor, replicas, lines)
+            yield lines, cursor
+            if len(lines) < PAGE_LINES:
+                return
+
     async def tail(
         self, replicas: list[str], since: Cursor, count: int
     ) -> tuple[list[LogLine], Cursor]:
@@ -397,15 +407,11 @@ class _LogReader:
         cursor: Cursor = {}
         for replica in replicas:
             last = _NewestLines(count, MAX_TAIL_BYTES)
-            position = {replica: since.get(replica, 0)}
-            while True:
-                lines = await self.page({replica}, position, PAGE_LINES)
+            cursor[replica] = since.get(replica, 0)
+            async for lines, after in self.pages([replica], {replica: cursor[replica]}):
                 last.extend(lines)
-                position = next_cursor(position, [replica], lines)
-                if len(lines) < PAGE_LINES:
-                    break
+                cursor[replica] = after[replica]
             kept = _newest(kept + list(last.lines), MAX_TAIL_BYTES)
-            cursor[replica] = position[replica]
         return kept, cursor
 
 

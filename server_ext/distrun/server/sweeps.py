@@ -22,13 +22,7 @@ from distrun.core.spec import JobSpec
 from distrun.core.sweep import SweepSpec, from_dict
 from distrun.core.sweep_summary import MAX_POINTS, TrialJob, summary, sweeps_of
 from distrun.engines.protocol import ExperimentEngine
-from distrun.server.handlers import (
-    PAGE_LINES,
-    CellHandler,
-    DistrunHandler,
-    check_keys,
-    next_cursor,
-)
+from distrun.server.handlers import CellHandler, DistrunHandler, LogReader, check_keys
 
 SWEEP_ID_RE = re.compile(r"[a-z][-a-z0-9]{0,39}\Z")
 MAX_COMPARED = 20  # jobs in one metrics request
@@ -123,16 +117,11 @@ class _SweepReader(DistrunHandler):
         if not job.replicas:
             return readings
         engine, first = self.app.registry.get(job.engine), job.replicas[0].name
-        cursor = {first: 0}
-        while True:
-            lines = await engine.read_logs(
-                job.id, self.owner, since=cursor, replicas={first}, limit=PAGE_LINES
-            )
+        reader = LogReader(engine, job.id, self.owner)
+        async for lines, _ in reader.pages([first], {first: 0}):
             for line in lines:
                 readings.read(line.text)
-            cursor = next_cursor(cursor, [first], lines)
-            if len(lines) < PAGE_LINES:
-                return readings
+        return readings
 
 
 class SweepHandler(_SweepReader):
