@@ -6,7 +6,8 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
 
-import { IChartSeries, renderChart } from '../common/chart';
+import { IChartSeries } from '../common/chart';
+import { MetricChart } from '../common/metricchart';
 import { replicaColorIndex } from '../common/colors';
 import { MetricStore } from './metrics';
 
@@ -23,28 +24,16 @@ export class MetricsPanel extends Widget {
     super();
     this.addClass('jp-distrun-MetricsPanel');
     this.node.dataset.testId = 'distrun-viewer-metrics';
-    const bar = document.createElement('div');
-    bar.className = 'jp-distrun-MetricsPanel-bar';
-    const label = document.createElement('label');
-    label.textContent = this._trans.__('Metric');
-    this._select.className = 'jp-mod-styled';
-    this._select.dataset.testId = 'distrun-viewer-metric';
-    this._select.onchange = () => {
-      this._chosen = this._select.value;
-      this._draw();
-    };
-    label.append(this._select);
-    this._legend.className = 'jp-distrun-MetricsPanel-legend';
-    bar.append(label, this._legend);
-
-    this._empty.className = 'jp-distrun-MetricsPanel-empty';
-    this._empty.textContent = this._trans.__(
-      'No metrics yet. Lines like "step 10 loss=0.31" or "accuracy: 0.92" are plotted here as they arrive.'
-    );
-    this._chart.classList.add('jp-distrun-Chart');
-    this._chart.dataset.testId = 'distrun-viewer-chart';
-    this._chart.setAttribute('role', 'img');
-    this.node.append(bar, this._empty, this._chart);
+    this._chart = new MetricChart({
+      trans: this._trans,
+      empty: this._trans.__(
+        'No metrics yet. Lines like "step 10 loss=0.31" or "accuracy: 0.92" are plotted here as they arrive.'
+      ),
+      selectTestId: 'distrun-viewer-metric',
+      chartTestId: 'distrun-viewer-chart',
+      onChoose: () => this._draw()
+    });
+    this.node.append(...this._chart.nodes);
   }
 
   /** Redraws when metrics changed (throttled); cheap to call on every frame. */
@@ -83,16 +72,9 @@ export class MetricsPanel extends Widget {
   private _draw(): void {
     this._lastDraw = performance.now();
     this._drawnVersion = this._store.version;
-    const metrics = this._store.metrics();
-    this._updateSelect(metrics);
-    this._empty.hidden = metrics.length > 0;
-    this._chart.style.display = metrics.length ? '' : 'none';
-    if (!this._chosen) {
-      this._legend.replaceChildren();
-      return;
-    }
+    const chosen = this._chart.offer(this._store.metrics(), PREFERRED_METRICS);
     const known = this._replicas();
-    const series = this._store.series(this._chosen);
+    const series = chosen ? this._store.series(chosen) : [];
     const chartSeries: IChartSeries[] = series.map(one => ({
       label: one.replica,
       colorClass: `jp-distrun-c${replicaColorIndex(one.replica, known)}`,
@@ -100,51 +82,19 @@ export class MetricsPanel extends Widget {
       ys: one.ys
     }));
     const byStep = series.every(one => one.xKind === 'step');
-    const width = Math.max(200, this.node.clientWidth - 16);
-    const height = Math.max(160, this.node.clientHeight - 56);
-    renderChart(this._chart, chartSeries, {
-      width,
-      height,
-      xLabel: byStep ? this._trans.__('step') : this._trans.__('log line'),
-      yLabel: this._chosen
-    });
-    this._chart.setAttribute(
-      'aria-label',
-      this._trans.__('%1 per replica', this._chosen)
-    );
-    this._legend.replaceChildren(
-      ...chartSeries.map(one => {
-        const item = document.createElement('span');
-        item.className = `jp-distrun-MetricsPanel-key ${one.colorClass}`;
-        item.textContent = one.label;
-        return item;
-      })
+    this._chart.draw(
+      chartSeries,
+      {
+        width: Math.max(200, this.node.clientWidth - 16),
+        height: Math.max(160, this.node.clientHeight - 56),
+        xLabel: byStep ? this._trans.__('step') : this._trans.__('log line'),
+        yLabel: chosen
+      },
+      this._trans.__('%1 per replica', chosen)
     );
   }
 
-  private _updateSelect(metrics: string[]): void {
-    if (!this._chosen || !metrics.includes(this._chosen)) {
-      this._chosen =
-        PREFERRED_METRICS.find(name => metrics.includes(name)) ??
-        metrics[0] ??
-        '';
-    }
-    if (this._select.options.length !== metrics.length) {
-      this._select.replaceChildren(
-        ...metrics.map(name => new Option(name, name))
-      );
-    }
-    this._select.value = this._chosen;
-  }
-
-  private readonly _select = document.createElement('select');
-  private readonly _legend = document.createElement('span');
-  private readonly _empty = document.createElement('div');
-  private readonly _chart = document.createElementNS(
-    'http://www.w3.org/2000/svg',
-    'svg'
-  );
-  private _chosen = '';
+  private readonly _chart: MetricChart;
   private _drawnVersion = -1;
   private _lastDraw = 0;
   private _timer = 0;
