@@ -23,6 +23,7 @@ import {
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
 import { getJob } from '../common/api';
+import { activateOpen, addToMainArea } from '../common/mainarea';
 import { IJob, isJobId, withoutTrialEnv } from '../common/model';
 import type { LogViewer } from './logviewer';
 import { CommandIDs, PLUGIN_ID, TRANSLATION_DOMAIN } from '../common/tokens';
@@ -87,9 +88,7 @@ function addCommands(
       );
       return;
     }
-    const existing = tracker.find(widget => widget.content.jobId === id);
-    if (existing) {
-      app.shell.activateById(existing.id);
+    if (activateOpen(app, tracker, viewer => viewer.jobId === id)) {
       return;
     }
     const { LogViewer } = await import('./logviewer');
@@ -98,15 +97,7 @@ function addCommands(
       commands,
       translator
     });
-    const widget = new MainAreaWidget({ content });
-    widget.toolbar.hide(); // the viewer has its own bars
-    widget.id = content.id;
-    widget.title.label = content.title.label;
-    widget.title.caption = content.title.caption;
-    widget.title.icon = content.title.icon;
-    await tracker.add(widget);
-    app.shell.add(widget, 'main');
-    app.shell.activateById(widget.id);
+    await addToMainArea(app, tracker, content, content.id);
   };
 
   /** Opens the new job's viewer and refreshes the job list. */

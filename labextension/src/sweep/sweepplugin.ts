@@ -17,9 +17,9 @@ import {
 } from '@jupyterlab/apputils';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
-import { Widget } from '@lumino/widgets';
 
 import { cancelSweep, deleteSweep } from '../common/api';
+import { activateOpen, addToMainArea } from '../common/mainarea';
 import { isJobId } from '../common/model';
 import { CommandIDs, PLUGIN_ID, TRANSLATION_DOMAIN } from '../common/tokens';
 import type { CompareView } from './compareview';
@@ -76,28 +76,6 @@ export const sweepPlugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-async function show<T extends Widget>(
-  app: JupyterFrontEnd,
-  tracker: WidgetTracker<MainAreaWidget<T>>,
-  content: T
-): Promise<void> {
-  const existing = tracker.find(widget => widget.content.id === content.id);
-  if (existing) {
-    content.dispose();
-    app.shell.activateById(existing.id);
-    return;
-  }
-  const widget = new MainAreaWidget({ content });
-  widget.toolbar.hide();
-  widget.id = `${content.id}-panel`;
-  widget.title.label = content.title.label;
-  widget.title.caption = content.title.caption;
-  widget.title.icon = content.title.icon;
-  await tracker.add(widget);
-  app.shell.add(widget, 'main');
-  app.shell.activateById(widget.id);
-}
-
 function addCommands(
   app: JupyterFrontEnd,
   sweeps: WidgetTracker<MainAreaWidget<SweepView>>,
@@ -120,13 +98,13 @@ function addCommands(
       trans.__('Open the trials of %1 side by side', sweepId(args)),
     describedBy: SWEEP_ID_ARGS,
     execute: async args => {
+      const id = sweepId(args);
+      if (activateOpen(app, sweeps, view => view.sweepId === id)) {
+        return;
+      }
       const { SweepView } = await import('./sweepview');
-      const view = new SweepView({
-        sweepId: sweepId(args),
-        commands,
-        translator
-      });
-      await show(app, sweeps, view);
+      const view = new SweepView({ sweepId: id, commands, translator });
+      await addToMainArea(app, sweeps, view, `${view.id}-panel`);
     }
   });
 
@@ -141,11 +119,13 @@ function addCommands(
     isEnabled: args => ((args.ids ?? []) as string[]).length >= 2,
     execute: async args => {
       const ids = ((args.ids ?? []) as unknown[]).filter(isJobId);
-      if (ids.length < 2) {
+      const same = (view: CompareView) => view.jobIds.join() === ids.join();
+      if (ids.length < 2 || activateOpen(app, compares, same)) {
         return;
       }
       const { CompareView } = await import('./compareview');
-      await show(app, compares, new CompareView({ jobIds: ids, translator }));
+      const view = new CompareView({ jobIds: ids, translator });
+      await addToMainArea(app, compares, view, `${view.id}-panel`);
     }
   });
 
