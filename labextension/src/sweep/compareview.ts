@@ -4,7 +4,7 @@
  * against the first job).
  */
 
-import { Widget } from '@lumino/widgets';
+import { Panel, Widget } from '@lumino/widgets';
 import { ITranslator, TranslationBundle } from '@jupyterlab/translation';
 
 import { getJob, jobsMetrics } from '../common/api';
@@ -15,7 +15,7 @@ import { RunsChart } from './runschart';
 import { codeDiff, differingFields } from './specdiff';
 import { formatCell } from './sweeptable';
 
-export class CompareView extends Widget {
+export class CompareView extends Panel {
   constructor(options: { jobIds: string[]; translator: ITranslator }) {
     super();
     this.jobIds = options.jobIds;
@@ -38,14 +38,11 @@ export class CompareView extends Widget {
     this._code.dataset.testId = 'distrun-compare-code';
     const specTitle = document.createElement('h3');
     specTitle.textContent = this._trans.__('How the specs differ');
-    this.node.append(
-      this._message,
-      this._chartHost,
-      this._finals,
-      specTitle,
-      this._fields,
-      this._code
-    );
+    this.addWidget(new Widget({ node: this._message }));
+    this.addWidget(this._chart);
+    for (const node of [this._finals, specTitle, this._fields, this._code]) {
+      this.addWidget(new Widget({ node }));
+    }
   }
 
   readonly jobIds: string[];
@@ -65,20 +62,8 @@ export class CompareView extends Widget {
     }
   }
 
-  dispose(): void {
-    this._chart.dispose();
-    super.dispose();
-  }
-
   protected onAfterAttach(): void {
-    Widget.attach(this._chart, this._chartHost);
     void this.refresh();
-  }
-
-  protected onBeforeDetach(): void {
-    if (this._chart.isAttached) {
-      Widget.detach(this._chart);
-    }
   }
 
   private _render(jobs: IJob[], metrics: IJobMetrics[]): void {
@@ -174,7 +159,6 @@ export class CompareView extends Widget {
 
   private readonly _trans: TranslationBundle;
   private readonly _chart: RunsChart;
-  private readonly _chartHost = document.createElement('div');
   private readonly _message = document.createElement('div');
   private readonly _finals = document.createElement('table');
   private readonly _fields = document.createElement('table');

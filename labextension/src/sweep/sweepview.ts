@@ -7,7 +7,7 @@
 
 import { CommandRegistry } from '@lumino/commands';
 import { Poll } from '@lumino/polling';
-import { Widget } from '@lumino/widgets';
+import { Panel, Widget } from '@lumino/widgets';
 import { ITranslator, TranslationBundle } from '@jupyterlab/translation';
 
 import { getSweep } from '../common/api';
@@ -27,7 +27,7 @@ import {
 
 const POLL_INTERVAL_MS = 2000;
 
-export class SweepView extends Widget {
+export class SweepView extends Panel {
   constructor(options: {
     sweepId: string;
     commands: CommandRegistry;
@@ -76,19 +76,11 @@ export class SweepView extends Widget {
 
   dispose(): void {
     this._poll.dispose();
-    this._chart.dispose();
     super.dispose();
   }
 
   protected onAfterAttach(): void {
-    Widget.attach(this._chart, this._chartHost);
     void this.refresh();
-  }
-
-  protected onBeforeDetach(): void {
-    if (this._chart.isAttached) {
-      Widget.detach(this._chart);
-    }
   }
 
   private _build(): void {
@@ -105,8 +97,10 @@ export class SweepView extends Widget {
     this._message.setAttribute('role', 'alert');
     this._table.className = 'jp-distrun-SweepView-table';
     this._table.dataset.testId = 'distrun-sweep-table';
-    this._chartHost.className = 'jp-distrun-SweepView-chart';
-    this.node.append(head, this._message, this._table, this._chartHost);
+    for (const node of [head, this._message, this._table]) {
+      this.addWidget(new Widget({ node }));
+    }
+    this.addWidget(this._chart);
   }
 
   private _render(): void {
@@ -295,5 +289,4 @@ export class SweepView extends Widget {
   private readonly _actions = document.createElement('div');
   private readonly _message = document.createElement('div');
   private readonly _table = document.createElement('table');
-  private readonly _chartHost = document.createElement('div');
 }
