@@ -23,7 +23,8 @@ export interface IRun {
 export class RunsChart extends Widget {
   constructor(
     private readonly _trans: TranslationBundle,
-    private readonly _preferred: string | null = null
+    /** The metric shown first, while any run reports it. */
+    public preferred: string | null = null
   ) {
     super();
     this.addClass('jp-distrun-RunsChart');
@@ -56,7 +57,7 @@ export class RunsChart extends Widget {
     ].sort();
     const chosen = this._chart.offer(
       metrics,
-      this._preferred ? [this._preferred] : []
+      this.preferred ? [this.preferred] : []
     );
     const series: IChartSeries[] = this._runs
       .filter(run => run.series[chosen]?.length)

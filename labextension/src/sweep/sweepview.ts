@@ -123,6 +123,7 @@ export class SweepView extends Panel {
       : this._trans.__('No objective: trials are not ranked.');
     this._renderActions(sweep);
     this._renderTable(sweep);
+    this._chart.preferred = objective?.metric ?? null;
     this._chart.setRuns(
       sweep.trials.map(trial => ({
         label: `#${trial.number}`,
