@@ -89,3 +89,33 @@ async def test_closing_the_engine_ends_the_waiting_supervisor_but_never_a_job(
     later = make_local_engine(warm_supervisor=False)
     done, lines = await helpers.follow_to_end(later, job, "alice")
     assert (done.state, [line.text for line in lines]) == (JobState.SUCCEEDED, ["up", "done"])
+
+
+async def test_a_waiting_supervisor_starts_every_replica_of_a_wide_job(
+    local_engine: LocalEngine,
+) -> None:
+    """It starts the replicas from its event loop, reading the first ones' output meanwhile."""
+    await local_engine.prepare()
+    (waiting,) = waiting_supervisors(local_engine)
+    code = "import os\nprint('rank', os.environ['RANK'], flush=True)"
+    job = await local_engine.submit(spec(code, replicas=8), "alice")
+    assert supervisor_pid(local_engine, job.id) == waiting
+    done, lines = await follow_to_end(local_engine, job)
+    assert done.state == JobState.SUCCEEDED
+    assert sorted(line.text for line in lines) == sorted(f"rank {rank}" for rank in range(8))
+    assert [replica.state for replica in done.replicas] == [JobState.SUCCEEDED] * 8
+
+
+async def test_a_replica_a_waiting_supervisor_cannot_start_fails_the_job_clearly(
+    make_local_engine: EngineFactory,
+) -> None:
+    engine = make_local_engine(python="/nonexistent/python3")
+    await engine.prepare()
+    (waiting,) = waiting_supervisors(engine)
+    job = await engine.submit(spec("print(1)", replicas=3), "alice")
+    assert supervisor_pid(engine, job.id) == waiting
+    final, _ = await follow_to_end(engine, job)
+    assert final.state == JobState.FAILED
+    assert final.failed_replica == "worker-0"
+    assert final.reason is not None and "could not start" in final.reason
+    assert "/nonexistent/python3" in final.reason

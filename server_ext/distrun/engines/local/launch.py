@@ -16,7 +16,9 @@ from distrun.engines.local.processes import Spawned, lower_priority, spawn_repli
 class Launch:
     """The job as its supervisor starts it, before any event loop: the job read, every
     replica's environment built, and `start()` starting the replicas (in order, stopping at
-    the first that cannot start)."""
+    the first that cannot start), or `begin()` and then `spawn()` for each, where the caller
+    has other work to do between two (the supervisor's event loop reading the first ones'
+    output)."""
 
     def __init__(self, files: JobFiles) -> None:
         self.files = files
@@ -39,14 +41,27 @@ class Launch:
         self.failed: tuple[str, OSError] | None = None  # the replica that could not start
 
     def start(self) -> None:
+        """Starts every replica now, in order, up to the first that cannot start."""
+        self.begin()
+        for name in self.envs:
+            if not self.spawn(name):
+                return
+
+    def begin(self) -> None:
+        """What comes before the first replica starts (`spawn` then starts each)."""
         lower_priority(self.runtime.nice)  # before the replicas: they inherit it
         self.started_at = time.time()
-        for name, env in self.envs.items():
-            try:
-                self.spawned[name] = spawn_replica(self.runtime.argv(), self.files.code, env)
-            except OSError as error:
-                self.failed = (name, error)
-                return
+
+    def spawn(self, name: str) -> bool:
+        """Starts replica `name`; False (recorded in `failed`) when it could not start."""
+        try:
+            self.spawned[name] = spawn_replica(
+                self.runtime.argv(), self.files.code, self.envs[name]
+            )
+        except OSError as error:
+            self.failed = (name, error)
+            return False
+        return True
 
     def _replica_env(self, name: str, addresses: Addresses, hostfile: str | None) -> dict[str, str]:
         injected = replica_env(self.spec, self.job_id, name, addresses, hostfile_path=hostfile)

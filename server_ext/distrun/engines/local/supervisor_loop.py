@@ -152,12 +152,7 @@ class Supervisor:
             )
         self.status.state = JobState.RUNNING
         self.status.started_at = self.launch.started_at or time.time()
-        for name, replica in self.replicas.items():
-            spawned = self.launch.spawned.get(name)
-            if spawned is not None:
-                self._attach(replica, spawned)
-            elif self.launch.failed is not None and self.launch.failed[0] == name:
-                self._not_started(replica, self.launch.failed[1])
+        await self._attach_all()
         if self.spec.active_deadline_seconds is not None:
             loop.call_later(self.spec.active_deadline_seconds, self._on_deadline)
         self._write_status()
@@ -168,6 +163,22 @@ class Supervisor:
         self._write_status()
         for replica in self.replicas.values():
             replica.writer.close()
+
+    async def _attach_all(self) -> None:
+        """Attaches the replicas the launch started and starts those it left to the loop, one
+        at a time, letting the loop read the output of those already running in between."""
+        launch = self.launch
+        for name, replica in self.replicas.items():
+            if name not in launch.spawned and launch.failed is None:
+                if self._outcome is not None and self._outcome.done():  # cancelled meanwhile
+                    return
+                await asyncio.sleep(0)
+                launch.spawn(name)
+            spawned = launch.spawned.get(name)
+            if spawned is not None:
+                self._attach(replica, spawned)
+            elif launch.failed is not None and launch.failed[0] == name:
+                self._not_started(replica, launch.failed[1])
 
     def _start(self, replica: _Replica) -> None:
         try:
