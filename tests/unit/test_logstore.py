@@ -170,3 +170,56 @@ def test_the_unfinished_line_holds_back_a_cut_character() -> None:
     assert splitter.unfinished() == "loading caf"
     splitter.feed(b"\xa9")
     assert splitter.unfinished() == "loading café"
+
+
+def test_text_with_unicode_line_breaks_stays_one_line(tmp_path: Path) -> None:
+    texts = ["a\u2028b", "c\x85d", "e\x0bf\x0cg\x1ch\x1di\x1ej", "k\u2029l", "\r"]
+    writer = LogWriter(tmp_path, "worker-0")
+    writer.append([(2.0, text) for text in texts])
+    lines = LogReader(tmp_path, "worker-0").read(0, 10)
+    assert [line.text for line in lines] == texts
+    assert [line.seq for line in lines] == list(range(len(texts)))
+
+
+def test_invalid_utf8_in_a_log_is_replaced_in_its_own_line_only(tmp_path: Path) -> None:
+    (tmp_path / "worker-0.log").write_bytes(b"1000\tbad \xc3\n2000\tgood\n")
+    lines = LogReader(tmp_path, "worker-0").read(0, 10)
+    assert [(line.time, line.text) for line in lines] == [(1.0, "bad \ufffd"), (2.0, "good")]
+
+
+def _read_reference(lengths: list[int], start: int, max_lines: int, max_bytes: int) -> list[int]:
+    """The seqs one read returns: whole lines from `start` while fewer than `max_bytes` bytes
+    (a line and its record's newline, without the time) were taken, at most `max_lines`."""
+    seqs: list[int] = []
+    taken = 0
+    for seq in range(start, len(lengths)):
+        if len(seqs) >= max_lines or taken >= max_bytes:
+            break
+        seqs.append(seq)
+        taken += len(b"%d\t" % (1000 + seq)) + lengths[seq] + 1
+    return seqs
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_reads_return_the_lines_the_budgets_allow_from_any_seq(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    lengths = [rng.choice([0, 1, 5, 80, 3000, 70_000]) for _ in range(rng.randint(1, 2500))]
+    writer = LogWriter(tmp_path, "worker-0")
+    writer.append(
+        [(1.0 + seq / 1000, "é" * (n // 2) + "x" * (n % 2)) for seq, n in enumerate(lengths)]
+    )
+    encoded = [len(("é" * (n // 2) + "x" * (n % 2)).encode()) for n in lengths]
+    start = rng.randint(0, len(lengths))
+    tail = LogReader(tmp_path, "worker-0").tail(start)
+    seen: list[int] = []
+    while True:
+        max_lines, max_bytes = rng.randint(1, 3000), rng.choice([1, 100, 64 * 1024, 4 << 20])
+        expected = _read_reference(encoded, tail.next_seq, max_lines, max_bytes)
+        lines = tail.read(max_lines, max_bytes)
+        assert [line.seq for line in lines] == expected
+        assert [line.time for line in lines] == [(1000 + seq) / 1000 for seq in expected]
+        if not lines:
+            break
+        seen += expected
+    assert seen == list(range(start, len(lengths)))
+    assert tail.next_seq == len(lengths)
