@@ -63,6 +63,7 @@ from tests.k8s.distrun_server import (
 )
 
 from bench_soak import LAG_PROBE
+from distrun.client.log_resume import rows_of_runs
 from distrun.core import jobids
 from distrun.core.logs import LogBatch
 from distrun.core.spec import JobSpec, Limits
@@ -118,8 +119,9 @@ async def websocket_viewer(server: DistrunServer, viewer: Viewer, stop: asyncio.
                 viewer.errors.append(f"{viewer.job_id}: the server closed the stream")
                 return
             event = json.loads(message)
-            if event["type"] == "lines":
-                viewer.check([(r, seq, line) for r, seq, _, line in event["lines"]])
+            if event["type"] == "runs":
+                rows = rows_of_runs(event["runs"])
+                viewer.check([(r, seq, line) for r, seq, _, line in rows])
     finally:
         ws.close()
 

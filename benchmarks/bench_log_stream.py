@@ -161,8 +161,8 @@ async def through_server(
         while (frame := await connection.read_message()) is not None:
             now = time.time()
             message = json.loads(frame)
-            if message["type"] == "lines":
-                receiver.receive([line[3] for line in message["lines"]], now)
+            if message["type"] == "runs":
+                receiver.receive([text for run in message["runs"] for text in run["texts"]], now)
             elif message["type"] == "error":
                 skip(f"the log stream sent an error: {message['message']}")
             elif message["type"] == "end":

@@ -87,8 +87,8 @@ async def one_run(server: BenchServer, mode: str, replicas: int, seconds: float,
     cpu_before = 0.0
     while (frame := await asyncio.wait_for(connection.read_message(), RUN_TIMEOUT)) is not None:
         message = json.loads(frame)
-        if message["type"] == "lines":
-            texts = [line[3] for line in message["lines"]]
+        if message["type"] == "runs":
+            texts = [text for run in message["runs"] for text in run["texts"]]
             ready += texts.count("ready")
             finished += texts.count("finished")
             if ready == replicas and not start_file.exists():

@@ -258,6 +258,8 @@ class Server:
         from tornado.httpclient import HTTPRequest
         from tornado.websocket import websocket_connect
 
+        from distrun.client.log_resume import rows_of_runs
+
         while not viewer.ended:
             since = ",".join(f"{replica}:{seq}" for replica, seq in viewer.next_seq.items())
             url = f"ws://127.0.0.1:{self.port}/distrun/jobs/{viewer.job_id}/logs/stream"
@@ -268,8 +270,8 @@ class Server:
             leave_at = time.monotonic() + rng.uniform(10, 40) if viewer.resumes else None
             while (message := await ws.read_message()) is not None:
                 event = json.loads(message)
-                if event["type"] == "lines":
-                    viewer.check(event["lines"])
+                if event["type"] == "runs":
+                    viewer.check(rows_of_runs(event["runs"]))
                 elif event["type"] == "end":
                     viewer.ended = True
                 elif event["type"] == "error":

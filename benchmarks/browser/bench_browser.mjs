@@ -153,8 +153,10 @@ function countStreamLines() {
       if (String(url).includes('/logs/stream')) {
         this.addEventListener('message', event => {
           const message = JSON.parse(event.data);
-          if (message.type === 'lines') {
-            window.__distrunLines += message.lines.length;
+          if (message.type === 'runs') {
+            for (const run of message.runs) {
+              window.__distrunLines += run.texts.length;
+            }
           }
         });
       }

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from tornado.websocket import WebSocketClientConnection
 
+from distrun.client.log_resume import rows_of_runs
 from distrun.core.job import Job, JobState
 from distrun.core.logs import LogLine
 from distrun.core.spec import JobSpec
@@ -113,8 +114,9 @@ async def read_segment(
             states.append(message["job"]["state"])
         elif message["type"] == "end":
             return True
-        elif message["type"] == "lines":
-            lines = [LogLine(r, seq, when, text) for r, seq, when, text in message["lines"]]
+        elif message["type"] == "runs":
+            rows = rows_of_runs(message["runs"])
+            lines = [LogLine(r, seq, when, text) for r, seq, when, text in rows]
             if stop is not None:
                 lines = lines[: stop - checker.received]
             checker.check(lines)

@@ -16,6 +16,8 @@ import pytest
 from kubernetes_asyncio import client
 from tornado.websocket import WebSocketClientConnection
 
+from distrun.client.log_resume import rows_of_runs
+
 from .cluster import KubeCluster
 from .distrun_server import (
     DistrunServer,
@@ -75,7 +77,10 @@ async def read_until(
 
 def lines_in(messages: list[dict[str, Any]]) -> list[tuple[str, int, str]]:
     return [
-        (r, seq, text) for m in messages if m["type"] == "lines" for r, seq, _, text in m["lines"]
+        (r, seq, text)
+        for m in messages
+        if m["type"] == "runs"
+        for r, seq, _, text in rows_of_runs(m["runs"])
     ]
 
 
@@ -263,9 +268,7 @@ async def test_another_server_and_a_restarted_one_serve_the_job_from_the_api_ser
     status, listed = await second.call("alice", "distrun", "jobs", engine="kubeflow")
     assert job_id in [j["id"] for j in listed["jobs"]]
     status, page = await second.call("alice", "distrun", "jobs", job_id, "logs", format="json")
-    assert sorted(
-        tuple(x) for x in lines_in([{"type": "lines", "lines": page["lines"]}])
-    ) == sorted(lines_in(seen))
+    assert sorted((r, seq, text) for r, seq, _, text in page["lines"]) == sorted(lines_in(seen))
     logs["master-0"].write("m2")
     ws = await second.websocket(
         "alice", "distrun", "jobs", job_id, "logs", "stream", since="master-0:2,worker-0:1"

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from tornado.websocket import WebSocketClientConnection
 
+from distrun.client.log_resume import rows_of_runs
+
 from .cluster import KubeCluster
 from .distrun_server import (
     DistrunServer,
@@ -35,8 +37,8 @@ async def lines_until(
     while last_text not in [text for _, text in seen]:
         message = await receive(ws)
         assert message is not None, f"the websocket closed early; lines: {seen}"
-        if message["type"] == "lines":
-            seen += [(seq, text) for replica, seq, _, text in message["lines"]]
+        if message["type"] == "runs":
+            seen += [(seq, text) for replica, seq, _, text in rows_of_runs(message["runs"])]
     return seen
 
 
@@ -94,4 +96,4 @@ async def test_seqs_continue_across_container_restarts_live_and_resumed_elsewher
         while (message := await receive(ws)) is not None:
             rest.append(message)
         assert rest[-1] == {"type": "end"}
-        assert not [m for m in rest if m["type"] == "lines"]  # nothing repeated at the end
+        assert not [m for m in rest if m["type"] == "runs"]  # nothing repeated at the end

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from distrun.client.log_resume import rows_of_runs
 from distrun.core.logs import LogLine
 from tests.server_process import ServerProcess
 
@@ -76,8 +77,8 @@ async def test_a_websocket_reader_gets_every_line_once_across_resumes_and_a_serv
         ws = await log_stream(server, job["id"], checker.cursor())
         while (message := await asyncio.wait_for(ws.read_message(), WAIT)) is not None:
             event = json.loads(message)
-            if event["type"] == "lines":
-                checker.check(to_lines(event["lines"]))
+            if event["type"] == "runs":
+                checker.check(to_lines(rows_of_runs(event["runs"])))
             elif event["type"] == "partial":
                 checker.check_partial(to_lines(event["lines"]))
             elif event["type"] == "end":

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from distrun.client.log_resume import rows_of_runs
 from tests.reliability.helpers import gc_disabled, wait_until
 
 pytestmark = pytest.mark.integration
@@ -31,9 +32,8 @@ async def test_a_job_runs_as_real_processes_and_its_logs_stream_to_the_end(api, 
     async with asyncio.timeout(60):
         while (message := await ws.read_message()) is not None:
             messages.append(json.loads(message))
-    lines = sorted(
-        (line[0], line[1], line[3]) for m in messages if m["type"] == "lines" for line in m["lines"]
-    )
+    rows = rows_of_runs([run for m in messages if m["type"] == "runs" for run in m["runs"]])
+    lines = sorted((row[0], row[1], row[3]) for row in rows)
     assert lines == [
         (replica, i, f"{replica} {i}") for replica in ("worker-0", "worker-1") for i in range(3)
     ]
@@ -53,7 +53,7 @@ async def test_a_viewer_that_leaves_a_job_others_watch_is_freed_at_once(
     viewers = []
     for _ in range(2):  # the first one starts the engine's watcher of the job
         viewers.append(await jp_ws_fetch("distrun", "jobs", job["id"], "logs", "stream"))
-        while json.loads(await viewers[-1].read_message())["type"] != "lines":
+        while json.loads(await viewers[-1].read_message())["type"] != "runs":
             pass
     first_handler_gone = weakref.ref(next(iter(distrun_app.streams.values())))
     with gc_disabled():  # no cycle may keep it, nor any task or timer

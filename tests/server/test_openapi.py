@@ -78,13 +78,16 @@ async def test_websocket_messages_match_the_documented_schemas(api, jp_ws_fetch,
         messages.append(json.loads(message))
     bad = await jp_ws_fetch("distrun", "jobs", "nope-00000", "logs", "stream")
     messages.append(json.loads(await bad.read_message()))
-    schemas = {"status": "StreamStatus", "lines": "StreamLines", "end": "StreamEnd"}
+    schemas = {"status": "StreamStatus", "runs": "StreamRuns", "end": "StreamEnd"}
     schemas |= {"partial": "StreamPartial", "error": "StreamError"}
-    assert [m["type"] for m in messages] == ["status", "lines", "partial", "end", "error"]
+    assert [m["type"] for m in messages] == ["status", "runs", "partial", "end", "error"]
     for message in messages:
         stream_schema(schemas[message["type"]]).validate(message)
 
 
 def test_the_document_rejects_what_the_api_never_sends():
     with pytest.raises(ValidationError, match="'x' is not of type 'integer'"):
-        stream_schema("StreamLines").validate({"type": "lines", "lines": [["w-0", "x", 0, ""]]})
+        stream_schema("StreamPartial").validate({"type": "partial", "lines": [["w-0", "x", 0, ""]]})
+    run = {"replica": "w-0", "seq": 0, "times_ms": [1.5], "texts": ["x"]}
+    with pytest.raises(ValidationError, match="1.5 is not of type 'integer'"):
+        stream_schema("StreamRuns").validate({"type": "runs", "runs": [run]})

@@ -8,8 +8,9 @@ from typing import Any
 
 from tornado.websocket import WebSocketClientConnection
 
+from distrun.client.log_resume import rows_of_runs
 from distrun.core.job import JobState
-from distrun.core.logs import LogLine
+from distrun.core.logs import LineRun
 from distrun.server.log_stream import FRAME_MAX_BYTES, FRAME_MAX_LINES, frames
 from tests.fake_engine import FakeEngine
 from tests.reliability.helpers import gc_disabled
@@ -25,6 +26,14 @@ class _AnyTime:
 
 
 ANY_TIME = _AnyTime()
+
+
+class _AnyMillis:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, int)
+
+
+ANY_MILLIS = _AnyMillis()
 
 
 async def submit(api: Any) -> str:
@@ -45,8 +54,13 @@ async def receive_all(ws: WebSocketClientConnection) -> list[dict[str, Any]]:
     return messages
 
 
+def rows(messages: list[dict[str, Any]]) -> list[list[Any]]:
+    """The lines of the `runs` messages, as `[replica, seq, time, text]` rows."""
+    return rows_of_runs([run for m in messages if m["type"] == "runs" for run in m["runs"]])
+
+
 def texts(messages: list[dict[str, Any]]) -> list[str]:
-    return [line[3] for m in messages if m["type"] == "lines" for line in m["lines"]]
+    return [row[3] for row in rows(messages)]
 
 
 async def eventually(condition: Callable[[], bool]) -> None:
@@ -78,8 +92,10 @@ async def test_stream_sends_status_lines_as_they_come_then_end_and_closes_1000(
     assert first["job"]["id"] == job_id
     assert first["job"]["state"] == "pending"
     assert await receive(ws) == {
-        "type": "lines",
-        "lines": [["worker-0", 0, ANY_TIME, "before connect"]],
+        "type": "runs",
+        "runs": [
+            {"replica": "worker-0", "seq": 0, "times_ms": [ANY_MILLIS], "texts": ["before connect"]}
+        ],
     }
 
     fake_engine.set_state(job_id, JobState.RUNNING)
@@ -111,7 +127,7 @@ async def test_reconnecting_with_since_resumes_without_loss_or_repeat(
     while len(received) < 4:
         message = await receive(ws)
         assert message is not None
-        received += message.get("lines", [])
+        received += rows([message])
     ws.close()
 
     fake_engine.emit(job_id, "worker-0", "a3")
@@ -154,10 +170,10 @@ async def test_many_lines_are_coalesced_into_bounded_frames(api, jp_ws_fetch, fa
     fake_engine.finish(job_id)
     ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
     messages = await receive_all(ws)
-    line_frames = [m for m in messages if m["type"] == "lines"]
+    line_frames = [m for m in messages if m["type"] == "runs"]
     assert texts(messages) == [f"line {i}" for i in range(10_000)]
     assert len(line_frames) == 5
-    assert all(len(m["lines"]) == FRAME_MAX_LINES for m in line_frames)
+    assert all(len(rows([m])) == FRAME_MAX_LINES for m in line_frames)
 
 
 async def test_unknown_job_gets_an_error_then_close_4404(api, jp_ws_fetch):
@@ -250,21 +266,31 @@ async def test_server_stop_closes_open_streams_and_the_engines(
     assert fake_engine.closed
 
 
-def line(text: str, replica: str = "worker-0") -> LogLine:
-    return LogLine(replica, 0, 0.0, text)
+def run(texts: list[str], replica: str = "worker-0", first_seq: int = 0) -> LineRun:
+    return LineRun(replica, first_seq, [1000] * len(texts), texts)
 
 
-def test_frames_cut_at_the_line_limit():
-    lines = [line("x")] * (2 * FRAME_MAX_LINES + 1)
-    assert [len(frame) for frame in frames(lines)] == [FRAME_MAX_LINES, FRAME_MAX_LINES, 1]
+def frame_lines(frame: list[LineRun]) -> list[tuple[str, int, str]]:
+    return [(line.replica, line.seq, line.text) for r in frame for line in r.lines()]
+
+
+def test_frames_cut_at_the_line_limit_and_a_cut_run_goes_on_in_the_next():
+    result = frames([run(["x"] * (2 * FRAME_MAX_LINES + 1), first_seq=5)])
+    assert [sum(map(len, frame)) for frame in result] == [FRAME_MAX_LINES, FRAME_MAX_LINES, 1]
+    seqs = [seq for frame in result for _, seq, _ in frame_lines(frame)]
+    assert seqs == list(range(5, 5 + 2 * FRAME_MAX_LINES + 1))
 
 
 def test_frames_cut_near_the_byte_limit_and_give_a_huge_line_its_own_frame():
-    big = line("y" * (FRAME_MAX_BYTES // 3))
-    huge = line("z" * (2 * FRAME_MAX_BYTES))
-    result = frames([big, big, big, huge, line("after")])
-    assert [len(frame) for frame in result] == [2, 1, 1, 1]
-    assert result[2] == [huge]
+    big, huge = "y" * (FRAME_MAX_BYTES // 3), "z" * (2 * FRAME_MAX_BYTES)
+    result = frames([run([big, big, big, huge, "after"])])
+    assert [sum(map(len, frame)) for frame in result] == [2, 1, 1, 1]
+    assert frame_lines(result[2]) == [("worker-0", 3, huge)]
+
+
+def test_small_runs_of_several_replicas_share_a_frame():
+    runs = [run(["a0", "a1"], "worker-0"), run(["b7"], "worker-1", 7), run(["c0"], "worker-2")]
+    assert frames(runs) == [runs]
 
 
 def test_frames_of_nothing_is_no_frame():
@@ -281,7 +307,7 @@ async def test_a_client_that_stops_reading_holds_back_only_its_own_follower(
     fake_engine.emit(job_id, "worker-0", *[f"{i:08d}" + "x" * 1000 for i in range(count)])
     fake_engine.finish(job_id)
     reader = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
-    received = sum(len(m["lines"]) for m in await receive_all(reader) if m["type"] == "lines")
+    received = len(rows(await receive_all(reader)))
     assert received == count
     # The stalled client's follower waits on its socket instead of reading ahead into memory.
     assert fake_engine.lines_followed[0] < count

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from distrun.client.log_resume import rows_of_runs
 from distrun.core.job import Job
 from distrun.core.logs import LogBatch
 from distrun.core.spec import JobSpec
@@ -113,8 +114,8 @@ async def stream_through_a_server(workdir: Path, spec: dict[str, Any], timeout: 
 def _record(streamed: Streamed, message: dict[str, Any]) -> None:
     if message["type"] == "status":
         streamed.job = message["job"]
-    elif message["type"] == "lines":
-        for replica, _, _, text in message["lines"]:
+    elif message["type"] == "runs":
+        for replica, _, _, text in rows_of_runs(message["runs"]):
             streamed.printed[replica].append(text)
     elif message["type"] == "partial":
         for replica, seq, _, text in message["lines"]:

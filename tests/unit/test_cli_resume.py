@@ -12,6 +12,7 @@ from distrun.client.log_resume import (
     RetryPolicy,
     StreamDisconnected,
     resumable_stream,
+    rows_of_runs,
 )
 from distrun.client.server_client import error_from_response
 from distrun.core.errors import Conflict, EngineError, Forbidden, LimitExceeded, NotFound, SpecError
@@ -51,7 +52,16 @@ class FakeServer:
 
 
 def lines(replica: str, *seqs: int) -> dict[str, Any]:
-    return {"type": "lines", "lines": [[replica, s, 1.0 + s, f"{replica} line {s}"] for s in seqs]}
+    runs = [
+        {
+            "replica": replica,
+            "seq": s,
+            "times_ms": [1000 + 1000 * s],
+            "texts": [f"{replica} line {s}"],
+        }
+        for s in seqs
+    ]
+    return {"type": "runs", "runs": runs}
 
 
 STATUS = {"type": "status", "job": {"id": "j-abcde", "state": "running"}}
@@ -212,3 +222,29 @@ def test_jupyter_servers_own_token_refusal_points_at_the_token() -> None:
         assert str(error) == (
             f"the server refused the request (HTTP {status}); check the token (--token-file, DISTRUN_TOKEN or DISTRUN_TOKEN_FILE)"
         )
+
+
+def test_runs_become_rows_in_capture_order_each_replica_in_seq_order() -> None:
+    runs = [
+        {"replica": "worker-0", "seq": 4, "times_ms": [1000, 3000], "texts": ["a4", "a5"]},
+        {"replica": "worker-1", "seq": 0, "times_ms": [2000, 3000], "texts": ["b0", "b1"]},
+    ]
+    assert rows_of_runs(runs) == [
+        ["worker-0", 4, 1.0, "a4"],
+        ["worker-1", 0, 2.0, "b0"],
+        ["worker-0", 5, 3.0, "a5"],
+        ["worker-1", 1, 3.0, "b1"],
+    ]
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        {"replica": "worker-0", "seq": 0, "times_ms": [1000]},
+        {"replica": "worker-0", "seq": 0, "times_ms": [1000, 2000], "texts": ["one"]},
+        {"replica": "worker-0", "seq": "0", "times_ms": [1000], "texts": ["one"]},
+    ],
+)
+def test_a_malformed_run_is_a_client_error_not_a_traceback(run: dict[str, Any]) -> None:
+    with pytest.raises(ClientError, match="malformed runs message"):
+        rows_of_runs([run])

@@ -9,6 +9,7 @@ from distrun.engines.local.logstore import (
     LineSplitter,
     LogReader,
     LogWriter,
+    decode_line,
     index_path,
     log_path,
 )
@@ -223,3 +224,48 @@ def test_reads_return_the_lines_the_budgets_allow_from_any_seq(tmp_path: Path, s
         seen += expected
     assert seen == list(range(start, len(lengths)))
     assert tail.next_seq == len(lengths)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_captured_bytes_are_written_as_append_writes_their_decoded_text(
+    tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
+    pieces = [b"x", b"\xc3\xa9", b"\t", b"\r", b"\x1b[31m", b"\xff", b"\xe2\x82", b" "]
+    captured, decoded = LogWriter(tmp_path / "a", "w-0"), LogWriter(tmp_path / "b", "w-0")
+    for _ in range(rng.randint(1, 40)):
+        raws = [
+            b"".join(rng.choices(pieces, k=rng.randint(0, 30)))
+            for _ in range(rng.choice([0, 1, 7, 300, 1500]))
+        ]
+        when = rng.uniform(1e9, 2e9)
+        captured.append_captured(when, raws)
+        decoded.append([(when, decode_line(raw)) for raw in raws])
+    for name in ("w-0.log", "w-0.idx"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert captured.next_seq == decoded.next_seq
+
+
+def _split_reference(data: bytes, max_line: int) -> list[bytes]:
+    """Lines up to each newline, each over `max_line` cut at UTF-8 boundaries; the rest held."""
+    *finished, rest = data.split(b"\n")
+    lines = []
+    for line in [*finished, rest]:
+        while len(line) > max_line:
+            cut = max_line
+            while cut > max_line - 3 and line[cut] & 0xC0 == 0x80:
+                cut -= 1
+            lines.append(line[:cut])
+            line = line[cut:]
+        lines.append(line)
+    return lines[:-1]  # the last piece is held
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_splitter_matches_a_reference_whatever_the_lines(seed: int) -> None:
+    rng = random.Random(seed)
+    data = b"".join(
+        rng.choice([b"\n", b"x" * rng.randint(0, 100), b"\xc3\xa9", b"\r"]) for _ in range(400)
+    )
+    splitter = LineSplitter(64)
+    assert splitter.feed(data) == _split_reference(data, 64)

@@ -1,9 +1,9 @@
-"""The websocket's `lines` messages are encoded once per batch object."""
+"""The websocket's `runs` messages: encoded once per batch object, bounded in size."""
 
 import gc
 import json
 
-from distrun.core.logs import LogBatch, LogLine
+from distrun.core.logs import LineRun, LogBatch, LogLine
 from distrun.server import log_stream as stream
 from distrun.server.log_stream import FRAME_MAX_LINES, encoded_frames
 
@@ -12,9 +12,13 @@ def test_one_batch_object_is_encoded_once_and_forgotten_with_it() -> None:
     batch = LogBatch([LogLine("worker-0", seq, 1.5, f"line {seq}") for seq in range(3)])
     messages = encoded_frames(batch)
     assert encoded_frames(batch) is messages
-    assert [json.loads(message) for message in messages] == [
-        {"type": "lines", "lines": [["worker-0", seq, 1.5, f"line {seq}"] for seq in range(3)]}
-    ]
+    run = {
+        "replica": "worker-0",
+        "seq": 0,
+        "times_ms": [1500] * 3,
+        "texts": ["line 0", "line 1", "line 2"],
+    }
+    assert [json.loads(message) for message in messages] == [{"type": "runs", "runs": [run]}]
     key = id(batch)
     del batch
     gc.collect()
@@ -26,11 +30,36 @@ def test_equal_batches_that_are_different_objects_are_encoded_separately() -> No
     first, second = LogBatch(lines), LogBatch(list(lines))
     assert encoded_frames(first) is not encoded_frames(second)
     assert encoded_frames(first) == encoded_frames(second)
-    assert json.loads(encoded_frames(first)[0])["lines"][0][3] == 'quote " and \\ and ünï'
+    assert json.loads(encoded_frames(first)[0])["runs"][0]["texts"] == ['quote " and \\ and ünï']
 
 
 def test_a_large_batch_becomes_several_bounded_messages() -> None:
-    lines = [LogLine("worker-0", seq, 1.0, "x") for seq in range(FRAME_MAX_LINES + 5)]
-    messages = [json.loads(message) for message in encoded_frames(LogBatch(lines))]
-    assert [len(message["lines"]) for message in messages] == [FRAME_MAX_LINES, 5]
-    assert [row[1] for message in messages for row in message["lines"]] == list(range(len(lines)))
+    batch = LogBatch(
+        runs=[LineRun("worker-0", 0, [1000] * (FRAME_MAX_LINES + 5), ["x"] * (FRAME_MAX_LINES + 5))]
+    )
+    messages = [json.loads(message) for message in encoded_frames(batch)]
+    runs = [run for message in messages for run in message["runs"]]
+    assert [len(run["texts"]) for run in runs] == [FRAME_MAX_LINES, 5]
+    assert [run["seq"] for run in runs] == [0, FRAME_MAX_LINES]
+
+
+def test_lines_and_runs_are_two_forms_of_one_batch() -> None:
+    runs = [
+        LineRun("worker-0", 3, [1000, 3000], ["a3", "a4"]),
+        LineRun("worker-1", 0, [2000, 3000], ["b0", "b1"]),
+    ]
+    lines = LogBatch(runs=runs).lines
+    assert [(line.replica, line.seq, line.time, line.text) for line in lines] == [
+        ("worker-0", 3, 1.0, "a3"),
+        ("worker-1", 0, 2.0, "b0"),
+        ("worker-0", 4, 3.0, "a4"),
+        ("worker-1", 1, 3.0, "b1"),
+    ]
+    assert LogBatch(lines).runs == [
+        LineRun("worker-0", 3, [1000], ["a3"]),
+        LineRun("worker-1", 0, [2000], ["b0"]),
+        LineRun("worker-0", 4, [3000], ["a4"]),
+        LineRun("worker-1", 1, [3000], ["b1"]),
+    ]
+    assert len(LogBatch(runs=runs)) == len(LogBatch(lines)) == 4
+    assert LogBatch(runs=runs) == LogBatch(lines)

@@ -66,9 +66,20 @@ export type LogTuple = [
   text: string
 ];
 
+/**
+ * Consecutive lines of one replica, in columns: line `seq + i` was captured at
+ * `times_ms[i]` (epoch milliseconds) and reads `texts[i]`.
+ */
+export interface ILineRun {
+  replica: string;
+  seq: number;
+  times_ms: number[];
+  texts: string[];
+}
+
 /** A server -> client websocket frame of `/distrun/jobs/{id}/logs/stream`. */
 export type StreamMessage =
-  | { type: 'lines'; lines: LogTuple[] }
+  | { type: 'runs'; runs: ILineRun[] }
   /** Replicas' unfinished lines (a progress bar being drawn), as a terminal shows them. */
   | { type: 'partial'; lines: LogTuple[] }
   | { type: 'status'; job: IJob }

@@ -7,6 +7,7 @@ import { IDisposable } from '@lumino/disposable';
 
 import { logStreamUrl } from './api';
 import { LogBuffer } from './logbuffer';
+import { linesOfRuns } from './runs';
 import { IJob, LogTuple, StreamMessage } from './model';
 import { ITrans } from './trans';
 
@@ -70,8 +71,8 @@ export class JobStream implements IDisposable {
     }
     this._attempts = 0;
     switch (message.type) {
-      case 'lines':
-        this._handlers.lines(message.lines);
+      case 'runs':
+        this._handlers.lines(linesOfRuns(message.runs));
         break;
       case 'partial':
         this._handlers.partial(message.lines);

@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Protocol
 
 from distrun.client.base import ClientError, FollowEvent, LinesEvent, PartialEvent, StatusEvent
@@ -88,8 +89,8 @@ async def _stream_events(stream: MessageStream, cursor: Cursor) -> AsyncIterator
             break
         message = _decode(raw)
         kind = message.get("type")
-        if kind == "lines":
-            fresh = fresh_lines(message.get("lines", []), cursor)
+        if kind == "runs":
+            fresh = fresh_lines(rows_of_runs(message.get("runs", [])), cursor)
             if fresh:
                 yield LinesEvent(fresh)
         elif kind == "partial":
@@ -132,6 +133,20 @@ def fresh_lines(rows: list[list[Any]], cursor: Cursor) -> list[LogLine]:
         cursor[replica] = seq + 1
         fresh.append(LogLine(replica, seq, when, text))
     return fresh
+
+
+def rows_of_runs(runs: list[dict[str, Any]]) -> list[list[Any]]:
+    """A `runs` message's lines as `[replica, seq, time, text]` rows, in capture order."""
+    try:
+        rows = [
+            [run["replica"], run["seq"] + k, millis / 1000, text]
+            for run in runs
+            for k, (millis, text) in enumerate(zip(run["times_ms"], run["texts"], strict=True))
+        ]
+    except (KeyError, TypeError, ValueError):
+        raise ClientError(f"the server sent a malformed runs message: {runs!r:.80}") from None
+    rows.sort(key=itemgetter(2))  # stable: a replica's lines stay in seq order
+    return rows
 
 
 def after_cursor(rows: list[list[Any]], cursor: Cursor) -> list[LogLine]:

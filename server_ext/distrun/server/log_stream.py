@@ -2,8 +2,10 @@
 
 One task per connection consumes `engine.follow(...)` and awaits every `write_message`, so a
 slow client slows only its own follower and the server holds at most one batch for it. Lines
-are sent as soon as they are read; under load each read brings many lines, which go out in
-frames of at most `FRAME_MAX_LINES` lines / about `FRAME_MAX_BYTES` bytes. A replica's
+are sent as soon as they are read, as `runs` messages (each replica's lines as columns: seq of
+the first, capture times in epoch milliseconds, texts; JSON without an object per line); under
+load each read brings many lines, which go out in frames of at most `FRAME_MAX_LINES` lines /
+about `FRAME_MAX_BYTES` bytes. A replica's
 unfinished line (a progress bar being redrawn) goes out as a `partial` message whenever it
 changes, a few times a second at most. Closing the socket cancels the task, which closes the
 follower.
@@ -13,8 +15,10 @@ import asyncio
 import json
 import socket
 import weakref
+from bisect import bisect_right
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any, cast
 
 from jupyter_server.auth.decorator import authorized, ws_authenticated
@@ -29,7 +33,7 @@ from tornado.websocket import WebSocketClosedError, WebSocketHandler
 from distrun.core.errors import DistrunError, TooManyOpen
 from distrun.core.job import Job
 from distrun.core.jobids import check_job_id
-from distrun.core.logs import JobUpdate, LogBatch, LogEvent, LogLine, PartialUpdate
+from distrun.core.logs import JobUpdate, LineRun, LogBatch, LogEvent, PartialUpdate
 from distrun.server.handlers import limit_body_size, line_json
 from distrun.server.http_errors import WS_CLOSE_INTERNAL_ERROR, error_body, ws_close_code
 from distrun.server.params import check_replicas, parse_replicas, parse_since
@@ -40,25 +44,51 @@ if TYPE_CHECKING:
 FRAME_MAX_LINES = 2_000
 FRAME_MAX_BYTES = 256 * 1024
 FOLLOW_MAX_BATCH = 2_000
-_LINE_OVERHEAD = 40  # JSON punctuation, seq and time around a line's text
+_LINE_OVERHEAD = 20  # a line's time, quotes and commas around its text
 
 
-def frames(lines: list[LogLine]) -> list[list[LogLine]]:
-    """Split lines into frames of at most FRAME_MAX_LINES lines and about FRAME_MAX_BYTES
-    (a single longer line gets a frame of its own)."""
-    result: list[list[LogLine]] = []
-    frame: list[LogLine] = []
-    size = 0
-    for line in lines:
-        line_size = len(line.text) + len(line.replica) + _LINE_OVERHEAD
-        if frame and (len(frame) >= FRAME_MAX_LINES or size + line_size > FRAME_MAX_BYTES):
-            result.append(frame)
-            frame, size = [], 0
-        frame.append(line)
-        size += line_size
+def frames(runs: list[LineRun]) -> list[list[LineRun]]:
+    """Runs cut into frames of at most FRAME_MAX_LINES lines and about FRAME_MAX_BYTES (a
+    single longer line gets a frame of its own); a run cut in two goes on in the next frame."""
+    result: list[list[LineRun]] = []
+    frame: list[LineRun] = []
+    lines = size = 0
+    for run in runs:
+        # before[k]: the size of the run's first k lines (summed in C: runs are long)
+        before = list(accumulate(map(_LINE_OVERHEAD.__add__, map(len, run.texts)), initial=0))
+        start = 0
+        while start < len(run):
+            fits = bisect_right(before, before[start] + FRAME_MAX_BYTES - size, lo=start) - 1
+            end = min(start + FRAME_MAX_LINES - lines, fits)
+            if end <= start and not frame:
+                end = start + 1  # one line over the limit, alone
+            if end > start:
+                frame.append(_slice(run, start, end))
+                lines += end - start
+                size += before[end] - before[start]
+                start = end
+            if start < len(run) or lines >= FRAME_MAX_LINES:
+                result.append(frame)
+                frame, lines, size = [], 0, 0
     if frame:
         result.append(frame)
     return result
+
+
+def _slice(run: LineRun, start: int, end: int) -> LineRun:
+    if (start, end) == (0, len(run)):
+        return run
+    times, texts = run.times_ms[start:end], run.texts[start:end]
+    return LineRun(run.replica, run.first_seq + start, times, texts)
+
+
+def runs_message(runs: list[LineRun]) -> str:
+    """The websocket's `runs` message: each replica's lines as columns."""
+    body = [
+        {"replica": r.replica, "seq": r.first_seq, "times_ms": r.times_ms, "texts": r.texts}
+        for r in runs
+    ]
+    return json.dumps({"type": "runs", "runs": body})
 
 
 # The frames of batches still alive, by the batch's id: an engine that hands one batch object to
@@ -67,14 +97,11 @@ _encoded: dict[int, list[str]] = {}
 
 
 def encoded_frames(batch: LogBatch) -> list[str]:
-    """The `lines` messages of a batch, as JSON text; encoded once per batch object."""
+    """The `runs` messages of a batch, as JSON text; encoded once per batch object."""
     key = id(batch)
     messages = _encoded.get(key)
     if messages is None:
-        messages = [
-            json.dumps({"type": "lines", "lines": [line_json(x) for x in f]})
-            for f in frames(batch.lines)
-        ]
+        messages = [runs_message(frame) for frame in frames(batch.runs)]
         _encoded[key] = messages
         # Forgotten with the batch (before its id can be reused).
         weakref.finalize(batch, _encoded.pop, key, None)

@@ -30,7 +30,15 @@ from distrun.core import jobids
 from distrun.core.entrypoint import code_file
 from distrun.core.errors import EngineError, LimitExceeded, NotFound, SpecError
 from distrun.core.job import Job, JobState
-from distrun.core.logs import Cursor, JobUpdate, LogBatch, LogEvent, LogLine, PartialUpdate
+from distrun.core.logs import (
+    Cursor,
+    JobUpdate,
+    LineRun,
+    LogBatch,
+    LogEvent,
+    LogLine,
+    PartialUpdate,
+)
 from distrun.core.spec import JobSpec, Limits, check_relative_path
 from distrun.engines.cursors import selected_replicas, start_seqs
 from distrun.engines.local import capabilities, gpu_devices, inotify
@@ -279,12 +287,12 @@ class LocalEngine:
                     sent = watcher.job
                     yield JobUpdate(sent)
                 batch, settled = await follower.next_batch()
-                if batch.lines:
+                if len(batch):
                     yield batch
                 partial = follower.partial_update()
                 if partial is not None:
                     yield partial
-                if batch.lines:
+                if len(batch):
                     continue
                 if settled:
                     return
@@ -772,14 +780,15 @@ class _JobWatcher:
             if self._live:
                 # At the live edge the new lines were just written: a small read of the page
                 # cache, cheaper here than the hand-off to a thread and back.
-                lines = _read_batch(self._tails, self.max_batch, max_bytes=_INLINE_READ_BYTES)
+                runs = _read_batch(self._tails, self.max_batch, max_bytes=_INLINE_READ_BYTES)
             else:
-                lines = await asyncio.to_thread(_read_batch, self._tails, self.max_batch)
-            self._live = len(lines) <= _LIVE_EDGE_LINES
+                runs = await asyncio.to_thread(_read_batch, self._tails, self.max_batch)
+            batch = LogBatch(runs=runs)
+            self._live = len(batch) <= _LIVE_EDGE_LINES
             ends = tuple(tail.position for tail in self._tails)
-            shared = _SharedBatch(self.head, LogBatch(lines), ends, settled)
+            shared = _SharedBatch(self.head, batch, ends, settled)
             self.head = shared.end_seqs
-            if lines:
+            if len(batch):
                 self.recent.append(shared)
             return shared
         finally:
@@ -892,7 +901,7 @@ class _Follower:
         self.positions = tuple(reader.tail(starts[reader.replica]).position for reader in readers)
         self.cursor = tuple(position.next_seq for position in self.positions)
         self.max_batch = max_batch
-        self.reading: asyncio.Task[list[LogLine]] | None = None
+        self.reading: asyncio.Task[list[LineRun]] | None = None
         self._shares = watcher.shares_with([r.replica for r in readers], max_batch)
         # Per reader: its index in the watcher, the watcher's partial version last looked at,
         # and the seq of the unfinished line last sent (-1: none that is still shown).
@@ -932,19 +941,19 @@ class _Follower:
             head = watcher.head
             if head is not None and all(map(int.__le__, self.cursor, head)):
                 limits = [end - seq for end, seq in zip(head, self.cursor, strict=True)]
-                return LogBatch(await self._read_own(limits)), False
+                return LogBatch(runs=await self._read_own(limits)), False
         settled = watcher.settled  # read before the logs: then empty means the end
-        return LogBatch(await self._read_own(None)), settled
+        return LogBatch(runs=await self._read_own(None)), settled
 
-    async def _read_own(self, limits: list[int] | None) -> list[LogLine]:
+    async def _read_own(self, limits: list[int] | None) -> list[LineRun]:
         tails = [r.tail_at(p) for r, p in zip(self.readers, self.positions, strict=True)]
         self.reading = asyncio.create_task(
             asyncio.to_thread(_read_batch, tails, self.max_batch, limits)
         )
-        lines = await asyncio.shield(self.reading)  # cancelled here, the read runs on
+        runs = await asyncio.shield(self.reading)  # cancelled here, the read runs on
         self.positions = tuple(tail.position for tail in tails)
         self.cursor = tuple(position.next_seq for position in self.positions)
-        return lines
+        return runs
 
 
 def _close_after(read: "asyncio.Task[Any] | None", readers: list[LogReader]) -> None:
@@ -968,18 +977,17 @@ def _read_batch(
     max_batch: int,
     limits: list[int] | None = None,
     max_bytes: int = DEFAULT_MAX_READ_BYTES,
-) -> list[LogLine]:
-    """Up to about `max_batch` new lines and `max_bytes` bytes, shared fairly among replicas,
-    in capture order; at most `limits[i]` from `tails[i]` when given."""
+) -> list[LineRun]:
+    """Up to about `max_batch` new lines and `max_bytes` bytes, shared fairly among replicas:
+    a run per replica that had new lines (at most `limits[i]` from `tails[i]` when given)."""
     quota = max(1, max_batch // len(tails)) if tails else 0
     byte_quota = max(1, max_bytes // len(tails)) if tails else 0
-    lines: list[LogLine] = []
+    runs: list[LineRun] = []
     for index, tail in enumerate(tails):
         wanted = quota if limits is None else min(quota, limits[index])
-        if wanted > 0:
-            lines += tail.read(wanted, byte_quota)
-    lines.sort(key=lambda line: line.time)  # stable: each replica keeps its seq order
-    return lines
+        if wanted > 0 and len(run := tail.read_run(wanted, byte_quota)):
+            runs.append(run)
+    return runs
 
 
 def _read_status(files: JobFiles, job: dict[str, Any]) -> JobStatus:

@@ -14,16 +14,20 @@ second at most, and removed once the replica has no unfinished line.
 
 import codecs
 import os
+import re
 import struct
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 
-from distrun.core.logs import LogLine
+from distrun.core.logs import LineRun, LogLine
 from distrun.engines.local.private_files import write_private
 
 INDEX_EVERY = 1024
 _INDEX_ENTRY = struct.Struct("<Q")
 _READ_CHUNK = 64 * 1024
+_MIN_READ = 4 * 1024
 DEFAULT_MAX_READ_BYTES = 4 * 1024 * 1024
 
 
@@ -53,6 +57,18 @@ class LineSplitter:
 
     def feed(self, data: bytes) -> list[bytes]:
         self._partial += data
+        last = self._partial.rfind(b"\n")
+        if last >= 0:  # split in C where no finished line is over the limit (the usual case)
+            finished = bytes(self._partial[:last]).split(b"\n")
+            if max(map(len, finished)) <= self._max:
+                del self._partial[: last + 1]
+                self._scanned = 0
+                return finished + self._scan()
+        return self._scan()
+
+    def _scan(self) -> list[bytes]:
+        """The held bytes' lines, found one by one, a line over the limit cut into pieces;
+        what is left is the partial line."""
         lines: list[bytes] = []
         start = 0
         while True:
@@ -104,6 +120,31 @@ class LogWriter:
         self._log_fd = os.open(log_path(log_dir, replica), flags, 0o600)
         self._idx_fd = os.open(index_path(log_dir, replica), flags, 0o600)
         self._offset, self.next_seq = self._recover()
+
+    def append_captured(self, when: float, raw_lines: list[bytes]) -> None:
+        """Writes lines a replica printed, as bytes without their newline, all captured at
+        `when`: the same records as `append` with each decoded by `decode_line`, built in C
+        when the bytes are valid UTF-8 (the supervisor's path, at every line a replica prints)."""
+        if not raw_lines:
+            return
+        joined = b"\n".join(raw_lines)
+        if not joined.isascii():
+            try:
+                joined.decode("utf-8")
+            except UnicodeDecodeError:
+                self.append([(when, decode_line(raw)) for raw in raw_lines])
+                return
+        prefix = b"%d\t" % round(when * 1000)
+        records = prefix + joined.replace(b"\n", b"\n" + prefix) + b"\n"
+        first = -self.next_seq % INDEX_EVERY  # the first line that starts an index entry
+        index = b"".join(
+            _INDEX_ENTRY.pack(self._offset + k * (len(prefix) + 1) + sum(map(len, raw_lines[:k])))
+            for k in range(first, len(raw_lines), INDEX_EVERY)
+        )
+        _write_all(self._log_fd, records)
+        _write_all(self._idx_fd, index)  # after the records, so an entry never points ahead
+        self._offset += len(records)
+        self.next_seq += len(raw_lines)
 
     def append(self, lines: list[tuple[float, str]]) -> None:
         """Writes `(epoch_seconds, text)` lines as whole records; `text` has no newline."""
@@ -266,32 +307,68 @@ class LogTail:
 
     def read(self, max_lines: int, max_bytes: int = DEFAULT_MAX_READ_BYTES) -> list[LogLine]:
         """Up to `max_lines` complete lines (and about `max_bytes`), advancing the cursor."""
-        lines: list[LogLine] = []
+        return self.read_run(max_lines, max_bytes).lines()
+
+    def read_run(self, max_lines: int, max_bytes: int = DEFAULT_MAX_READ_BYTES) -> LineRun:
+        """`read`'s lines as one run, built without a Python object per line."""
+        run = LineRun(self._reader.replica, self.next_seq, [], [])
         read_bytes = 0
-        chunk = _READ_CHUNK
-        while len(lines) < max_lines and read_bytes < max_bytes:
-            data = self._reader.pread(chunk, self._offset)
+        longer = 0  # the size to read for a record longer than the last read
+        while len(run) < max_lines and read_bytes < max_bytes:
+            size = longer or self._read_size(max_lines - len(run), max_bytes - read_bytes)
+            data = self._reader.pread(size, self._offset)
             end = data.rfind(b"\n")
             if end < 0:
-                if len(data) < chunk:
+                if len(data) < size:
                     break  # nothing more, or only a record still being written
-                chunk *= 2  # one record longer than the chunk
+                longer = 2 * size
                 continue
-            chunk = _READ_CHUNK
-            for record in data[:end].split(b"\n"):
-                if self._seq >= self.next_seq:
-                    if len(lines) >= max_lines or read_bytes >= max_bytes:
-                        break
-                    lines.append(self._parse(record))
-                    read_bytes += len(record) + 1
-                    self.next_seq += 1
-                self._offset += len(record) + 1
-                self._seq += 1
-        return lines
+            longer = 0
+            records = data[:end].split(b"\n")
+            skipped = min(self.next_seq - self._seq, len(records))  # before the wanted seq
+            self._advance(records[:skipped])
+            wanted = records[skipped:]
+            # Bytes taken before each record, its newline counted: whole records are taken
+            # while fewer than max_bytes were (the one that reaches it still is).
+            before = list(accumulate(map((1).__add__, map(len, wanted)), initial=0))
+            taken = min(
+                len(wanted), max_lines - len(run), bisect_left(before, max_bytes - read_bytes)
+            )
+            self._parse_into(run, wanted[:taken])
+            read_bytes += before[taken]
+            self._advance(wanted[:taken])
+            self.next_seq = max(self.next_seq, self._seq)
+            if taken < len(wanted):
+                break
+        return run
 
-    def _parse(self, record: bytes) -> LogLine:
-        millis, _, text = record.partition(b"\t")
-        return LogLine(self._reader.replica, self._seq, int(millis) / 1000, decode_line(text))
+    def _read_size(self, lines: int, size: int) -> int:
+        """Not much more than `lines` lines and `size` bytes take, by the log's mean record so
+        far: whatever is read is parsed (at the live edge a whole chunk would be parsed for a
+        few lines)."""
+        if self._seq:
+            size = min(size, (self._offset // self._seq + 1) * lines * 5 // 4)
+        return min(_READ_CHUNK, max(size, _MIN_READ))
+
+    def _advance(self, records: list[bytes]) -> None:
+        self._offset += sum(map(len, records)) + len(records)
+        self._seq += len(records)
+
+    def _parse_into(self, run: LineRun, records: list[bytes]) -> None:
+        if not records:
+            return
+        fields = _RECORD.findall(decode_line(b"\n".join(records) + b"\n"))
+        if len(fields) != len(records):
+            bad = next(r for r in records if not _RECORD.fullmatch(decode_line(r + b"\n")))
+            raise ValueError(f"{run.replica}'s log holds a malformed record: {bad!r:.80}")
+        millis, texts = zip(*fields, strict=True)
+        run.times_ms.extend(map(int, millis))
+        run.texts.extend(texts)
+
+
+# A record as the supervisor writes it: epoch milliseconds, a tab, the text and a newline.
+# Matched whole, record after record (no search for line starts through the texts).
+_RECORD = re.compile(r"([0-9]+)\t([^\n]*)\n")
 
 
 def _read_index(fd: int) -> list[int]:

@@ -83,10 +83,8 @@ class _Replica:
         return self.process is not None and not self.exited.is_set()
 
     def log(self, raw_lines: list[bytes]) -> None:
-        now = time.time()
-        texts = [decode_line(raw) for raw in raw_lines]
-        self.writer.append([(now, text) for text in texts])
-        self.recent.extend(texts)
+        self.writer.append_captured(time.time(), raw_lines)
+        self.recent.extend(decode_line(raw) for raw in raw_lines[-LAST_LINES:])
 
     def note(self, text: str) -> None:
         self.writer.append([(time.time(), text)])
