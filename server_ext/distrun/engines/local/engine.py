@@ -79,10 +79,14 @@ _LOST_CHECK_SECONDS = 1.0
 # and its followers read bigger batches, within the latency bound.
 _WAKES_PER_SECOND = 500
 _MAX_WAKE_GAP = 0.1
-# A shared read that returned at most this many lines leaves the head at the live edge, where
-# the next read is done on the event loop, of at most this many bytes.
-_LIVE_EDGE_LINES = 256
-_INLINE_READ_BYTES = 64 * 1024
+# A follower that read at most this many lines waits for the next wake before it reads again
+# (more coming at once are a backlog: it reads on at once).
+_LIVE_EDGE_LINES = 1024
+# A shared read whose newest line is at most this old was of lines just written (the page
+# cache): the next one is done on the event loop, of at most this many bytes (about 1 ms of
+# parsing), cheaper than the hand-off to a thread and back; older lines may be on disk.
+_LIVE_EDGE_SECONDS = 1.0
+_INLINE_READ_BYTES = 256 * 1024
 # Shared batches a job's watcher keeps for followers a little behind the head (bounded memory).
 _SHARED_BATCHES = 4
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
@@ -292,9 +296,11 @@ class LocalEngine:
                 partial = follower.partial_update()
                 if partial is not None:
                     yield partial
-                if len(batch):
-                    continue
-                if settled:
+                if len(batch) > _LIVE_EDGE_LINES:
+                    continue  # catching up: read on at once
+                # At the live edge the next read waits for the next wake (at most one per
+                # wake gap), so lines that keep coming arrive in fewer, bigger batches.
+                if settled and not len(batch):
                     return
                 await watcher.wait_for_change(version)
         finally:
@@ -638,7 +644,7 @@ class _JobWatcher:
         self._readers = [LogReader(self._files.logs, name) for name in self.names]
         self._tails: list[LogTail] = []
         self._reading: asyncio.Task[_SharedBatch] | None = None
-        self._live = False  # the last shared read was small: the next one is read inline
+        self._live = False  # the last lines read were just written: the next read is inline
         # Change notification.
         self._loop = asyncio.get_running_loop()
         self._status_changed = asyncio.Event()
@@ -778,13 +784,13 @@ class _JobWatcher:
         try:
             settled = self.settled  # read before the logs: then empty means the end
             if self._live:
-                # At the live edge the new lines were just written: a small read of the page
-                # cache, cheaper here than the hand-off to a thread and back.
                 runs = _read_batch(self._tails, self.max_batch, max_bytes=_INLINE_READ_BYTES)
             else:
                 runs = await asyncio.to_thread(_read_batch, self._tails, self.max_batch)
             batch = LogBatch(runs=runs)
-            self._live = len(batch) <= _LIVE_EDGE_LINES
+            if runs:
+                newest = max(run.times_ms[-1] for run in runs) / 1000
+                self._live = time.time() - newest <= _LIVE_EDGE_SECONDS
             ends = tuple(tail.position for tail in self._tails)
             shared = _SharedBatch(self.head, batch, ends, settled)
             self.head = shared.end_seqs
