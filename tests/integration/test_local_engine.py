@@ -20,6 +20,7 @@ from distrun.core.job import Job, JobState
 from distrun.core.logs import JobUpdate, LogBatch, LogLine
 from distrun.core.spec import Limits
 from distrun.engines.local import capabilities
+from distrun.engines.local import engine as engine_module
 from distrun.engines.local.engine import LOST_REASON, LocalEngine
 from distrun.engines.local.processes import process_start_time
 
@@ -556,6 +557,28 @@ async def test_unfinished_jobs_per_user_are_limited(make_local_engine: EngineFac
     other = await engine.submit(spec("print(1)"), "bob")
     assert other.owner == "bob"
     await engine.cancel(job.id, "alice")
+    assert (await engine.submit(spec("print(1)"), "alice")).owner == "alice"
+
+
+async def test_a_submit_reads_the_unfinished_jobs_not_the_whole_history(
+    make_local_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = make_local_engine(limits=Limits(max_jobs_per_user=2))
+    for _ in range(6):
+        await follow_to_end(engine, await engine.submit(spec("print(1)"), "alice"))
+    running = await engine.submit(spec("import time; time.sleep(120)"), "alice")
+    await engine.submit(spec("print(1)"), "alice")  # reads each finished job's status once
+    read: list[str] = []
+    real_read_json = engine_module.read_json
+    monkeypatch.setattr(
+        engine_module,
+        "read_json",
+        lambda path: read.append(path.parent.name) or real_read_json(path),
+    )
+    with pytest.raises(LimitExceeded, match="2 unfinished jobs"):  # counted from two reads
+        await engine.submit(spec("print(1)"), "alice")
+    assert running.id in read and len(set(read)) <= 2, read
+    await engine.cancel(running.id, "alice")  # over now: it counts no more
     assert (await engine.submit(spec("print(1)"), "alice")).owner == "alice"
 
 

@@ -152,6 +152,8 @@ class LocalEngine:
         # Replicas share this machine with the server: run them below it (0: beside it).
         self.nice = nice
         self._jobs_dir = Path(state_dir) / "jobs"
+        # (name, inode, mtime) of job directories whose status was final when read.
+        self._finalized: set[tuple[str, int, int]] = set()
         self._warm = WarmSupervisor(self._waiting_supervisor) if warm_supervisor else None
         self._submit_lock = asyncio.Lock()
         self._watchers: dict[str, _JobWatcher] = {}
@@ -211,10 +213,10 @@ class LocalEngine:
         if unsupported is not None:
             raise EngineError(unsupported)
         async with self._submit_lock:  # the unfinished-job count must not race
-            unfinished = [job for job in await self.list_jobs(owner) if not job.state.terminal]
-            if len(unfinished) >= self.limits.max_jobs_per_user:
+            unfinished = await asyncio.to_thread(self._unfinished_count, owner)
+            if unfinished >= self.limits.max_jobs_per_user:
                 raise LimitExceeded(
-                    f"you have {len(unfinished)} unfinished jobs, the limit is "
+                    f"you have {unfinished} unfinished jobs, the limit is "
                     f"{self.limits.max_jobs_per_user}; cancel or wait for one first"
                 )
             grants = await asyncio.to_thread(self._gpu_grants, spec)
@@ -346,15 +348,40 @@ class LocalEngine:
     def _held_grants(self) -> list[gpu_devices.Grant]:
         """The GPUs every unfinished job on this machine holds, whoever owns it."""
         held = []
-        for job_dir in self._jobs_dir.iterdir() if self._jobs_dir.is_dir() else ():
-            files = JobFiles(job_dir)
-            try:
-                job = read_json(files.job)
-                if job.get("gpus") and not self._current_status(files, job).state.terminal:
-                    held += [gpu_devices.Grant.from_json(g) for g in job["gpus"].values()]
-            except (OSError, ValueError, TypeError, KeyError):
-                continue  # half-written or deleted meanwhile
+        for job, _ in self._unfinished_jobs():
+            with contextlib.suppress(TypeError, KeyError, ValueError):
+                held += [gpu_devices.Grant.from_json(g) for g in (job.get("gpus") or {}).values()]
         return held
+
+    def _unfinished_count(self, owner: str) -> int:
+        return sum(job.get("owner") == owner for job, _ in self._unfinished_jobs())
+
+    def _unfinished_jobs(self) -> list[tuple[dict[str, Any], JobStatus]]:
+        """Every job on this machine that is not over, whoever owns it, with its status. A
+        job whose status is final never changes again: it is remembered and not read again
+        while its directory stays the same one (a submit then reads the few unfinished jobs,
+        not a person's whole history)."""
+        found = []
+        finalized = set()  # of the directories there now: the deleted ones are forgotten
+        with contextlib.suppress(FileNotFoundError), os.scandir(self._jobs_dir) as entries:
+            for entry in entries:
+                try:
+                    stat = entry.stat(follow_symlinks=False)
+                    key = (entry.name, stat.st_ino, stat.st_mtime_ns)
+                    if key in self._finalized:
+                        finalized.add(key)
+                        continue
+                    files = JobFiles(Path(entry.path))
+                    job = read_json(files.job)
+                    status = self._current_status(files, job)
+                except (OSError, ValueError, TypeError, KeyError):
+                    continue  # half-written or deleted meanwhile
+                if status.finalized:
+                    finalized.add(key)
+                if not status.state.terminal:
+                    found.append((job, status))
+        self._finalized = finalized
+        return found
 
     def _create_job_dir(
         self, spec: JobSpec, owner: str, gpus: dict[str, Any] | None = None
