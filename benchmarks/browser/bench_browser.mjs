@@ -30,6 +30,7 @@ const { values: opts } = parseArgs({
     seconds: { type: 'string', default: '3' },
     rate: { type: 'string', default: '100000' },
     port: { type: 'string', default: '18931' },
+    'first-line-only': { type: 'boolean', default: false },
     chromium: {
       type: 'string',
       default: process.env.CHROMIUM_PATH || '/usr/bin/chromium'
@@ -209,10 +210,15 @@ async function clickToFirstLine(page) {
         '.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]'
       );
       let clicked = 0;
-      button.addEventListener('click', () => (clicked = performance.now()), {
-        capture: true,
-        once: true
-      });
+      // The toolbar runs its command on mousedown, before the click event.
+      button.addEventListener(
+        'mousedown',
+        () => (clicked = performance.now()),
+        {
+          capture: true,
+          once: true
+        }
+      );
       const observer = new MutationObserver(() => {
         if (clicked && cell.querySelector('.jp-distrun-line')) {
           // The frame the line is painted in.
@@ -226,13 +232,80 @@ async function clickToFirstLine(page) {
       observer.observe(cell, { childList: true, subtree: true });
     });
   });
+  await page.evaluate(() => performance.clearResourceTimings());
   await button.click();
   const { painted, clicked } = await page.evaluate(() => window.__firstLine);
   await page.waitForSelector(
     '.jp-Cell.jp-mod-active [data-test-id="distrun-job-status"][data-state="succeeded"]',
     { timeout: 60_000 }
   );
-  return painted - clicked;
+  return {
+    total: painted - clicked,
+    stages: await stagesOf(page, clicked, painted)
+  };
+}
+
+/**
+ * Where one click's time went, in ms from the click: the extension's marks (common/trace.ts),
+ * the POST's Server-Timing, and the job's own records on the server (the supervisor's start,
+ * the first line's capture time), all on this machine's clock.
+ */
+async function stagesOf(page, clicked, painted) {
+  const seen = await page.evaluate(() => {
+    const mark = name => {
+      const entries = performance.getEntriesByName(`distrun:${name}`);
+      return entries[entries.length - 1];
+    };
+    const post = performance
+      .getEntriesByType('resource')
+      .filter(e => e.serverTiming.some(timing => timing.name === 'submit'))
+      .pop();
+    return {
+      origin: performance.timeOrigin,
+      jobId: mark('submitted').detail.jobId,
+      submit: mark('submit').startTime,
+      submitted: mark('submitted').startTime,
+      open: mark('stream-open').startTime,
+      lines: mark('first-lines').startTime,
+      server: post
+        ? Object.fromEntries(post.serverTiming.map(t => [t.name, t.duration]))
+        : {}
+    };
+  });
+  const api = async (path, query = '') =>
+    (
+      await fetch(
+        `${BASE}/distrun/jobs/${seen.jobId}${path}?token=${TOKEN}${query}`
+      )
+    ).json();
+  const job = await api('');
+  const logs = await api('/logs', '&format=json');
+  // Epoch seconds on the server -> ms after the click on the page's clock.
+  const fromClick = epochSeconds => epochSeconds * 1000 - seen.origin - clicked;
+  return {
+    'click -> POST sent': seen.submit - clicked,
+    'POST -> answer': seen.submitted - seen.submit,
+    '  of it: server, the cell to a spec': seen.server.spec,
+    '  of it: server, engine submit': seen.server.submit,
+    'answer -> log stream open': seen.open - seen.submitted,
+    'supervisor started the replicas (after the click)': fromClick(
+      job.started_at
+    ),
+    'first line captured (after the click)': fromClick(
+      Math.min(...logs.lines.map(line => line[2]))
+    ),
+    'stream open -> first lines received': seen.lines - seen.open,
+    'first lines received -> painted': painted - seen.lines
+  };
+}
+
+/** Medians of each stage across runs, one line each. */
+function printStages(title, runs) {
+  console.log(title);
+  for (const name of Object.keys(runs[0])) {
+    const values = runs.map(run => run[name]).filter(Number.isFinite);
+    console.log(`  ${name.padEnd(52)} ${ms(median(values))}`);
+  }
 }
 
 /** Ctrl+Enter on a plain cell -> its first output line painted, in ms. */
@@ -368,14 +441,18 @@ async function main() {
     console.log(
       `Chromium ${browser.version()}, ${RUNS} runs, ${RATE} lines/s for ${SECONDS} s`
     );
-    const cold = await clickToFirstLine(page);
+    const coldRun = await clickToFirstLine(page);
+    const cold = coldRun.total;
     const latencies = [];
+    const warmStages = [];
     const plainRuns = [];
     for (let i = 0; i < RUNS; i++) {
       plainRuns.push(await plainCellToOutput(page));
       // A person's pause before the next run (the server prepares the next job meanwhile).
       await page.waitForTimeout(PAUSE_MS);
-      latencies.push(await clickToFirstLine(page));
+      const run = await clickToFirstLine(page);
+      latencies.push(run.total);
+      warmStages.push(run.stages);
     }
     const spread = values => {
       const sorted = [...values].sort((a, b) => a - b);
@@ -392,6 +469,14 @@ async function main() {
       `warm / plain cell: ${(median(latencies) / median(plainRuns)).toFixed(2)}x; ` +
         `cold - warm: ${ms(cold - median(latencies))}`
     );
+    printStages(
+      `where the warm click's time went (medians of ${RUNS}):`,
+      warmStages
+    );
+    printStages("where the cold click's time went:", [coldRun.stages]);
+    if (opts['first-line-only']) {
+      return;
+    }
 
     const distrun = await floodFrames(
       page,

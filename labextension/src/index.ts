@@ -49,6 +49,8 @@ import { logViewerPlugin } from './logviewer/viewerplugin';
 import { sweepPlugin } from './sweep/sweepplugin';
 
 const LAST_CHOICE_KEY = `${PLUGIN_ID}:last-choice`;
+/** After Run distributed, how long the job list waits before it refreshes. */
+const SIDEBAR_REFRESH_DELAY_MS = 500;
 
 /** The commands that interrupt a notebook's kernel: its jobs are cancelled with it. */
 const INTERRUPT_COMMANDS = new Set([
@@ -230,7 +232,9 @@ function addCommands(
       } else if (result) {
         form.showError(result.error);
       }
-      await sidebar.refresh();
+      // Not at once: the job's replicas are starting, and the list's request and repaint
+      // would take CPU from them just when the person waits for their first line.
+      window.setTimeout(() => void sidebar.refresh(), SIDEBAR_REFRESH_DELAY_MS);
     }
   });
 

@@ -73,6 +73,15 @@ async def test_invalid_spec_is_400_naming_the_field(api):
     assert body["field"] == "framework"
 
 
+async def test_a_submit_says_where_its_time_went_in_server_timing(jp_fetch, fake_engine):
+    cell = "%framework=generic\n%worker=2\nprint(1)"
+    response = await jp_fetch("distrun", "jobs", method="POST", body=json.dumps({"cell": cell}))
+    assert response.code == 201
+    timing = dict(part.split(";dur=") for part in response.headers["Server-Timing"].split(", "))
+    assert set(timing) == {"spec", "submit"}
+    assert all(float(ms) >= 0 for ms in timing.values()), timing
+
+
 @pytest.mark.parametrize(
     ("request_body", "expected"),
     [

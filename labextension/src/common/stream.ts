@@ -8,6 +8,7 @@ import { IDisposable } from '@lumino/disposable';
 import { logStreamUrl } from './api';
 import { LogBuffer } from './logbuffer';
 import { linesOfRuns } from './runs';
+import { traceMark } from './trace';
 import { IJob, LogTuple, StreamMessage } from './model';
 import { ITrans } from './trans';
 
@@ -43,6 +44,10 @@ export class JobStream implements IDisposable {
       return;
     }
     const socket = new WebSocket(logStreamUrl(this.jobId, this._since()));
+    if (!this._opened) {
+      socket.onopen = () => traceMark('stream-open', this.jobId);
+      this._opened = true;
+    }
     socket.onmessage = event => this._onMessage(event);
     socket.onclose = event => this._onClose(event);
     this._socket = socket;
@@ -72,6 +77,10 @@ export class JobStream implements IDisposable {
     this._attempts = 0;
     switch (message.type) {
       case 'runs':
+        if (!this._linesSeen) {
+          traceMark('first-lines', this.jobId);
+          this._linesSeen = true;
+        }
         this._handlers.lines(linesOfRuns(message.runs));
         break;
       case 'partial':
@@ -108,6 +117,8 @@ export class JobStream implements IDisposable {
   }
 
   private _socket: WebSocket | null = null;
+  private _opened = false; // traced: the first connect only
+  private _linesSeen = false;
   private _attempts = 0;
   private _retryTimer = 0;
   private _finished = false;

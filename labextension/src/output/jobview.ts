@@ -19,10 +19,13 @@ import { LogBuffer } from '../common/logbuffer';
 import { IJob, isTerminal, LogTuple } from '../common/model';
 import { connectJobStream, JobStream } from '../common/stream';
 import { TRANSLATION_DOMAIN } from '../common/tokens';
+import { traceMark } from '../common/trace';
 
 export const DEFAULT_MAX_LINES = 5000;
 /** At most this many lines are painted per animation frame; older ones are counted. */
 export const MAX_LINES_PER_FRAME = 300;
+/** After this long without a change shown, the next one is shown at once, not next frame. */
+const QUIET_MS = 50;
 
 export interface IJobViewOptions {
   jobId: string;
@@ -157,13 +160,21 @@ export class JobView extends Widget {
   }
 
   private _scheduleRender(): void {
-    if (this._frame === 0) {
+    if (this._frame !== 0) {
+      return;
+    }
+    // The first change after a quiet spell is shown at once, in the frame it arrived in (a
+    // plain cell shows its output so); changes that keep coming are shown once a frame.
+    if (performance.now() - this._renderedAt > QUIET_MS) {
+      this._render();
+    } else {
       this._frame = requestAnimationFrame(() => this._render());
     }
   }
 
   private _render(): void {
     this._frame = 0;
+    this._renderedAt = performance.now();
     if (!this._notice.classList.contains('jp-mod-error')) {
       this._notice.hidden = true;
     }
@@ -182,6 +193,10 @@ export class JobView extends Widget {
     if (chunk.childElementCount > 0) {
       this._trimLog(chunk.childElementCount);
       this._log.insertBefore(chunk, this._live);
+      if (!this._painted) {
+        this._painted = true;
+        requestAnimationFrame(() => traceMark('first-paint', this.jobId));
+      }
     }
     if (this._liveChanged) {
       this._liveChanged = false;
@@ -246,6 +261,8 @@ export class JobView extends Widget {
   private _replicas: string[] = [];
   private _prefixWidth = 0;
   private _frame = 0;
+  private _renderedAt = -Infinity;
+  private _painted = false; // traced: the first lines only
   private _ended = false;
   private _follow = true;
   private _shown = 0;

@@ -22,6 +22,7 @@ import {
   ISubmitCell
 } from '../common/model';
 import { JOB_MIME_TYPE } from '../common/tokens';
+import { traceMark } from '../common/trace';
 
 function activeCodeCell(panel: NotebookPanel): CodeCell | null {
   const cell = panel.content.activeCell;
@@ -83,7 +84,9 @@ export async function runCellDistributed(
   const outputs = target.model.outputs;
   outputs.clear();
   try {
+    traceMark('submit');
     const job = await submitCell(body);
+    traceMark('submitted', job.id);
     outputs.add(jobOutput(job));
     return { job };
   } catch (error) {
