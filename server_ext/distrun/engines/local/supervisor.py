@@ -23,7 +23,12 @@ from pathlib import Path
 from distrun.core.job import JobState
 from distrun.engines.local.jobdir import JobFiles, JobStatus, read_json, write_json_atomic
 from distrun.engines.local.launch import Launch
-from distrun.engines.local.processes import kill_job_processes, lower_priority, start_guard
+from distrun.engines.local.processes import (
+    death_signal_launcher,
+    kill_job_processes,
+    lower_priority,
+    start_guard,
+)
 from distrun.engines.local.warm_supervisor import WAIT_FLAG, wait_for_job
 
 
@@ -33,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     if waited:  # started ahead of its job, at its niceness
         lower_priority(int(args[1]))
         import distrun.engines.local.supervisor_loop  # noqa: F401  (loaded while it waits)
+
+        death_signal_launcher()  # found while it waits, too
 
         job_dir = wait_for_job(JobFiles(Path(".")).supervisor_log.name)
         if job_dir is None:
