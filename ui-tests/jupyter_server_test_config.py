@@ -22,6 +22,14 @@ c.IdentityProvider.token = os.environ.get("DISTRUN_UI_TOKEN", "distrun-ui-tests"
 c.ServerApp.disable_check_xsrf = False  # noqa: F821
 # This server's own jobs and logs: tests and screenshots never see another server's jobs.
 c.DistrunApp.state_dir = tempfile.mkdtemp(prefix="distrun-ui-state-")  # noqa: F821
+# benchmarks/browser --nice: the niceness the local engine runs jobs at (its default is 10).
+if os.environ.get("DISTRUN_BENCH_NICE"):
+    c.DistrunApp.engines = {  # noqa: F821
+        "local": {
+            "class": "distrun.engines.local.LocalEngine",
+            "nice": int(os.environ["DISTRUN_BENCH_NICE"]),
+        }
+    }
 
 
 def _installed(name: str) -> bool:

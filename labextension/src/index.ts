@@ -25,6 +25,7 @@ import {
   TranslationBundle
 } from '@jupyterlab/translation';
 import {
+  JSONExt,
   ReadonlyJSONObject,
   ReadonlyPartialJSONObject
 } from '@lumino/coreutils';
@@ -93,6 +94,15 @@ class RunChoices {
   }
 
   remember(choice: IRunChoice): void {
+    const same =
+      this._last !== null &&
+      JSONExt.deepEqual(
+        this._last as unknown as ReadonlyJSONObject,
+        choice as unknown as ReadonlyJSONObject
+      );
+    if (same) {
+      return; // saving it again would have the workspace saved again, as the job starts
+    }
     this._last = choice;
     void this._state?.save(
       LAST_CHOICE_KEY,
