@@ -124,6 +124,15 @@ async def test_a_gang_over_its_queues_capability_waits_with_the_schedulers_reaso
     }
     with contextlib.suppress(kubernetes.client.ApiException):  # another test may have made it
         custom.create_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues", queue)
+
+    async def queue_state() -> str:
+        found = await asyncio.to_thread(
+            custom.get_cluster_custom_object, "scheduling.volcano.sh", "v1beta1", "queues", "small"
+        )
+        return str((found.get("status") or {}).get("state", ""))
+
+    # Volcano's webhook refuses jobs for a queue its controller has not opened yet.
+    await eventually(queue_state, lambda state: state == "Open", "the queue to open")
     job = await volcano.submit(spec({"master": 1, "worker": 1}, queue="small"), OWNER)
     waiting = await eventually(
         lambda: volcano.get_job(job.id, OWNER),
