@@ -10,20 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from distrun.engines.local import processes
+from distrun.engines.local import capabilities, processes
 from distrun.engines.local.processes import death_signal_launcher, spawn_replica
 
 pytestmark = pytest.mark.integration
 
 PATHS = ["setpriv", "preexec_fn"]
+# Outside Linux, or in the CI run with every capability forced portable (a guard process then).
+NO_PDEATHSIG = "no PR_SET_PDEATHSIG here (not Linux, or forced portable)"
 
 
 @pytest.fixture(params=PATHS)
 def spawn_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "preexec_fn":
         monkeypatch.setattr(processes, "death_signal_launcher", lambda: None)
-    elif not sys.platform.startswith("linux"):
-        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    elif not capabilities.current().pdeathsig:
+        pytest.skip(NO_PDEATHSIG)
     elif death_signal_launcher() is None:
         pytest.fail("setpriv with --pdeathsig is part of this machine's toolchain")
     return str(request.param)
@@ -51,8 +53,9 @@ def test_a_missing_interpreter_is_an_oserror_that_names_it(spawn_path: str, tmp_
         spawn_replica(["/nonexistent/python3", "main.py"], tmp_path, dict(os.environ))
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_setpriv_is_used_where_it_can_set_the_death_signal() -> None:
+    if not capabilities.current().pdeathsig:
+        pytest.skip(NO_PDEATHSIG)
     launcher = death_signal_launcher()
     assert launcher is not None and launcher[0] == shutil.which("setpriv")
     assert launcher[1:] == ["--pdeathsig", "KILL", "--"]
