@@ -213,13 +213,14 @@ class LocalEngine:
         if unsupported is not None:
             raise EngineError(unsupported)
         async with self._submit_lock:  # the unfinished-job count must not race
-            unfinished = await asyncio.to_thread(self._unfinished_count, owner)
-            if unfinished >= self.limits.max_jobs_per_user:
+            unfinished = await asyncio.to_thread(self._unfinished_jobs)
+            mine = sum(job.get("owner") == owner for job in unfinished)
+            if mine >= self.limits.max_jobs_per_user:
                 raise LimitExceeded(
-                    f"you have {unfinished} unfinished jobs, the limit is "
+                    f"you have {mine} unfinished jobs, the limit is "
                     f"{self.limits.max_jobs_per_user}; cancel or wait for one first"
                 )
-            grants = await asyncio.to_thread(self._gpu_grants, spec)
+            grants = await asyncio.to_thread(self._gpu_grants, spec, _held_grants(unfinished))
             files = await asyncio.to_thread(self._create_job_dir, spec, owner, grants)
         await asyncio.to_thread(self._launch, files)
         return await self.get_job(files.dir.name, owner)
@@ -335,29 +336,19 @@ class LocalEngine:
     def _files(self, job_id: str) -> JobFiles:
         return JobFiles(self._jobs_dir / jobids.check_job_id(job_id))
 
-    def _gpu_grants(self, spec: JobSpec) -> dict[str, Any] | None:
-        """Each replica's GPUs, as job.json keeps them; None on a machine with no GPU where
-        the job asks for none (its replicas' environment stays as it is)."""
+    def _gpu_grants(self, spec: JobSpec, held: list[gpu_devices.Grant]) -> dict[str, Any] | None:
+        """Each replica's GPUs besides those `held` by unfinished jobs, as job.json keeps them;
+        None on a machine with no GPU where the job asks for none (its replicas' environment
+        stays as it is)."""
         devices = gpu_devices.discover(self.gpu_discovery)
         mps = gpu_devices.mps_running(self.mps_pipe_directory)
-        grants = gpu_devices.assign(spec, devices, self._held_grants(), mps=mps)
+        grants = gpu_devices.assign(spec, devices, held, mps=mps)
         if not devices and not grants:
             return None
         return {name: grant.to_json() for name, grant in grants.items()}
 
-    def _held_grants(self) -> list[gpu_devices.Grant]:
-        """The GPUs every unfinished job on this machine holds, whoever owns it."""
-        held = []
-        for job, _ in self._unfinished_jobs():
-            with contextlib.suppress(TypeError, KeyError, ValueError):
-                held += [gpu_devices.Grant.from_json(g) for g in (job.get("gpus") or {}).values()]
-        return held
-
-    def _unfinished_count(self, owner: str) -> int:
-        return sum(job.get("owner") == owner for job, _ in self._unfinished_jobs())
-
-    def _unfinished_jobs(self) -> list[tuple[dict[str, Any], JobStatus]]:
-        """Every job on this machine that is not over, whoever owns it, with its status. A
+    def _unfinished_jobs(self) -> list[dict[str, Any]]:
+        """The job.json of every job on this machine that is not over, whoever owns it. A
         job whose status is final never changes again: it is remembered and not read again
         while its directory stays the same one (a submit then reads the few unfinished jobs,
         not a person's whole history)."""
@@ -379,7 +370,7 @@ class LocalEngine:
                 if status.finalized:
                     finalized.add(key)
                 if not status.state.terminal:
-                    found.append((job, status))
+                    found.append(job)
         self._finalized = finalized
         return found
 
@@ -1021,6 +1012,15 @@ def _read_batch(
         if wanted > 0 and len(run := tail.read_run(wanted, byte_quota)):
             runs.append(run)
     return runs
+
+
+def _held_grants(jobs: list[dict[str, Any]]) -> list[gpu_devices.Grant]:
+    """The GPUs the jobs (job.json) hold."""
+    held = []
+    for job in jobs:
+        with contextlib.suppress(TypeError, KeyError, ValueError):
+            held += [gpu_devices.Grant.from_json(g) for g in (job.get("gpus") or {}).values()]
+    return held
 
 
 def _read_status(files: JobFiles, job: dict[str, Any]) -> JobStatus:
