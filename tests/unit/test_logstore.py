@@ -269,3 +269,9 @@ def test_splitter_matches_a_reference_whatever_the_lines(seed: int) -> None:
     )
     splitter = LineSplitter(64)
     assert splitter.feed(data) == _split_reference(data, 64)
+
+
+def test_a_malformed_record_is_an_error_that_names_it(tmp_path: Path) -> None:
+    (tmp_path / "worker-0.log").write_bytes(b"1000\tfine\r\n2000\tok\nnot a record\n")
+    with pytest.raises(ValueError, match="worker-0's log holds a malformed record: b'not a"):
+        LogReader(tmp_path, "worker-0").read(0, 10)

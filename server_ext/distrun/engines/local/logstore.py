@@ -326,7 +326,7 @@ class LogTail:
             longer = 0
             records = data[:end].split(b"\n")
             skipped = min(self.next_seq - self._seq, len(records))  # before the wanted seq
-            self._advance(records[:skipped])
+            start = sum(map(len, records[:skipped])) + skipped
             wanted = records[skipped:]
             # Bytes taken before each record, its newline counted: whole records are taken
             # while fewer than max_bytes were (the one that reaches it still is).
@@ -334,9 +334,10 @@ class LogTail:
             taken = min(
                 len(wanted), max_lines - len(run), bisect_left(before, max_bytes - read_bytes)
             )
-            self._parse_into(run, wanted[:taken])
+            self._parse_into(run, data[start : start + before[taken]], taken)
             read_bytes += before[taken]
-            self._advance(wanted[:taken])
+            self._offset += start + before[taken]
+            self._seq += skipped + taken
             self.next_seq = max(self.next_seq, self._seq)
             if taken < len(wanted):
                 break
@@ -350,16 +351,14 @@ class LogTail:
             size = min(size, (self._offset // self._seq + 1) * lines * 5 // 4)
         return min(_READ_CHUNK, max(size, _MIN_READ))
 
-    def _advance(self, records: list[bytes]) -> None:
-        self._offset += sum(map(len, records)) + len(records)
-        self._seq += len(records)
-
-    def _parse_into(self, run: LineRun, records: list[bytes]) -> None:
-        if not records:
+    def _parse_into(self, run: LineRun, records: bytes, count: int) -> None:
+        """Adds `count` whole records (each ending in a newline) to `run`."""
+        if not count:
             return
-        fields = _RECORD.findall(decode_line(b"\n".join(records) + b"\n"))
-        if len(fields) != len(records):
-            bad = next(r for r in records if not _RECORD.fullmatch(decode_line(r + b"\n")))
+        fields = _RECORD.findall(decode_line(records))
+        if len(fields) != count:
+            lines = records[:-1].split(b"\n")
+            bad = next(r for r in lines if not _RECORD.fullmatch(decode_line(r + b"\n")))
             raise ValueError(f"{run.replica}'s log holds a malformed record: {bad!r:.80}")
         millis, texts = zip(*fields, strict=True)
         run.times_ms.extend(map(int, millis))
