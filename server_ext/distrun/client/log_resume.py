@@ -6,12 +6,11 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any, Protocol
 
 from distrun.client.base import ClientError, FollowEvent, LinesEvent, PartialEvent, StatusEvent
 from distrun.core.errors import NotFound, SpecError
-from distrun.core.logs import Cursor, LogLine
+from distrun.core.logs import Cursor, LineRun, LogBatch, LogLine
 
 
 class StreamDisconnected(Exception):
@@ -138,15 +137,13 @@ def fresh_lines(rows: list[list[Any]], cursor: Cursor) -> list[LogLine]:
 def rows_of_runs(runs: list[dict[str, Any]]) -> list[list[Any]]:
     """A `runs` message's lines as `[replica, seq, time, text]` rows, in capture order."""
     try:
-        rows = [
-            [run["replica"], run["seq"] + k, millis / 1000, text]
-            for run in runs
-            for k, (millis, text) in enumerate(zip(run["times_ms"], run["texts"], strict=True))
-        ]
+        batch = LogBatch(
+            runs=[LineRun(r["replica"], r["seq"], r["times_ms"], r["texts"]) for r in runs]
+        )
+        lines = batch.lines
     except (KeyError, TypeError, ValueError):
         raise ClientError(f"the server sent a malformed runs message: {runs!r:.80}") from None
-    rows.sort(key=itemgetter(2))  # stable: a replica's lines stay in seq order
-    return rows
+    return [[line.replica, line.seq, line.time, line.text] for line in lines]
 
 
 def after_cursor(rows: list[list[Any]], cursor: Cursor) -> list[LogLine]:
