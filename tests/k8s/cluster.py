@@ -148,6 +148,7 @@ class KubeCluster:
         self.server = ""  # https://127.0.0.1:<port> once started
         self.kwok_port = 0
         self._admin: kubernetes.client.ApiClient | None = None
+        self.kwok: Component | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -302,7 +303,7 @@ class KubeCluster:
                 f"--cert-dir={self.workdir / 'scheduler-certs'}",
             ],
         )
-        kwok = self.start_component(
+        kwok = self.kwok = self.start_component(
             "kwok",
             [
                 str(self.binaries.kwok),
@@ -530,6 +531,13 @@ class KubeCluster:
                 ],
             }
         )
+
+    def follows(self, log: PodLog) -> bool:
+        """Whether kwok's reader of a follow stream of `log` is ready for a rotation. kwok
+        reads logs with the kubelet's own reader (cri-client's ReadLogs), which starts watching
+        the log's folder only once it first reaches the end of the file: a rotation before that
+        leaves the stream on the renamed file for good (the kubelet has the same window)."""
+        return self.kwok is not None and self.kwok.watches(log.path.parent) > 0
 
     def pod_log(self, namespace: str, pod: str, container: str | None = None) -> PodLog:
         """The log that the API serves for `pod`'s `container` (every container when None).

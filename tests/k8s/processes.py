@@ -3,6 +3,7 @@ a log file, stopped as a group, and killed by the kernel if the test run itself 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -84,12 +85,36 @@ class Component:
             signal_group(self.process.pid, signal.SIGKILL)
             self.process.wait()
 
+    def watches(self, directory: Path) -> int:
+        """How many inotify watchers of this process watch `directory` (0 when it is not
+        running)."""
+        if self.process is None or self.process.poll() is not None:
+            return 0
+        return inotify_watchers(self.process.pid, directory)
+
     def log_tail(self, lines: int = 40) -> str:
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
             return f"(no log at {self.log_path})"
         return f"--- last lines of {self.log_path} ---\n" + "\n".join(text.splitlines()[-lines:])
+
+
+def inotify_watchers(pid: int, path: Path) -> int:
+    """How many of process `pid`'s inotify instances watch `path`, read from /proc (the kernel
+    lists each watch in the instance's fdinfo as "inotify wd:.. ino:<hex> sdev:<hex> ...")."""
+    target = path.stat()
+    device = (os.major(target.st_dev) << 20) | os.minor(target.st_dev)  # the kernel's encoding
+    wanted = f" ino:{target.st_ino:x} sdev:{device:x} "
+    count = 0
+    fd_dir = Path(f"/proc/{pid}/fd")
+    with contextlib.suppress(FileNotFoundError):
+        for fd in fd_dir.iterdir():
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) == "anon_inode:inotify":
+                    info = Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text()
+                    count += wanted in info
+    return count
 
 
 def signal_group(pgid: int, signum: int) -> None:
