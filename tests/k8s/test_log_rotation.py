@@ -145,6 +145,7 @@ async def test_after_a_rotation_a_late_reader_numbers_the_new_file_as_the_live_f
     job, logs, names, live = await followed_job(first, kube_cluster, monkeypatch, 300)
 
     for log in logs.values():
+        await wait_until(lambda log=log: kube_cluster.follows(log), "kwok following", WAIT)
         log.rotate()
     write(logs, range(300, 600))
     for name in names:
@@ -236,3 +237,30 @@ async def test_a_rotation_nobody_followed_is_claimed_after_a_wait_with_a_gap_nev
     await succeed(kube_admin, operator_namespace, job.id)
     final = await asyncio.wait_for(late.task, WAIT)
     assert final is not None and final.state == JobState.SUCCEEDED
+
+
+async def test_a_pod_update_while_following_does_not_cost_the_follower_its_place_in_the_log(
+    engines: list[KubeflowEngine],
+    kube_cluster: KubeCluster,
+    kube_admin: Any,
+    operator_namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+    quiet_claims: pytest.LogCaptureFixture,
+) -> None:
+    """A pod changes while it runs (a condition, a label); the follower keeps its stream.
+    Starting a new one would read the file again, and after a rotation only the new file."""
+    job, logs, names, live = await followed_job(engines[0], kube_cluster, monkeypatch, 50)
+    for log in logs.values():
+        await wait_until(lambda log=log: kube_cluster.follows(log), "kwok following", WAIT)
+        log.rotate()
+    pods = client.CoreV1Api(kube_admin)
+    for name in names:
+        patch = {"metadata": {"labels": {"distrun-test/touched": "yes"}}}
+        await pods.patch_namespaced_pod(f"{job.id}-{name}", operator_namespace, patch)
+    write(logs, range(50, 100))
+    for name in names:
+        await live.has(name, 100)
+        assert live.seqs(name) == list(range(100))
+        assert live.texts(name) == numbered(name, range(100))
+    assert "rotated while nobody followed it" not in quiet_claims.text
+    await live.stop()

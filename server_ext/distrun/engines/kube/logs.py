@@ -651,21 +651,32 @@ class ReplicaFollower:
             if start is None:
                 break
             stream = asyncio.ensure_future(self._stream(instance, first, start))
-            changed = asyncio.ensure_future(self._changed.wait())
             try:
-                await asyncio.wait({stream, changed}, return_when=asyncio.FIRST_COMPLETED)
+                await self._until_over(stream, instance)
             finally:
-                changed.cancel()
-                self._changed.clear()
                 stream.cancel()
                 await _settle(stream)
-            if stream.done() and not self._over(instance):
+            if not self._over(instance):
                 # The stream ended early (a container that has just started may not be
                 # readable yet): reconnect soon, then less and less often.
                 await self._wait_change(timeout=retry)
                 longest = RECONNECT_SECONDS[1]
                 retry = RECONNECT_SECONDS[0] if self._read else min(2 * retry, longest)
         await self._finish_instance(instance, first)
+
+    async def _until_over(self, stream: "asyncio.Future[None]", instance: Instance) -> None:
+        """Until `stream` ends or the instance is over. A pod update that leaves the instance
+        running (a condition, an IP, a label) does not cut the stream: a new one would read the
+        file again from its start, and after a rotation it could read only the new file."""
+        while not stream.done():
+            changed: asyncio.Future[Any] = asyncio.ensure_future(self._changed.wait())
+            try:
+                await asyncio.wait({stream, changed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                changed.cancel()
+            self._changed.clear()
+            if self._over(instance):
+                return
 
     async def _file_start(self, instance: Instance) -> int | None:
         """Where the instance's current log file starts (anchors.py), waiting for an anchor
