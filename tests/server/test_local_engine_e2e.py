@@ -31,6 +31,7 @@ async def test_a_job_runs_as_real_processes_and_its_logs_stream_to_the_end(api, 
     messages = []
     async with asyncio.timeout(60):
         while (message := await ws.read_message()) is not None:
+            assert isinstance(message, str), "text frames: what a browser's JSON.parse reads"
             messages.append(json.loads(message))
     rows = rows_of_runs([run for m in messages if m["type"] == "runs" for run in m["runs"]])
     lines = sorted((row[0], row[1], row[3]) for row in rows)

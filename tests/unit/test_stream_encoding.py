@@ -63,3 +63,9 @@ def test_lines_and_runs_are_two_forms_of_one_batch() -> None:
     ]
     assert len(LogBatch(runs=runs)) == len(LogBatch(lines)) == 4
     assert LogBatch(runs=runs) == LogBatch(lines)
+
+
+def test_a_text_orjson_refuses_is_encoded_by_json() -> None:
+    batch = LogBatch([LogLine("worker-0", 0, 1.0, "lone \udc80 surrogate")])
+    (message,) = encoded_frames(batch)
+    assert json.loads(message)["runs"][0]["texts"] == ["lone \udc80 surrogate"]

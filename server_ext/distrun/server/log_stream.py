@@ -21,6 +21,7 @@ from contextlib import asynccontextmanager
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, cast
 
+import orjson
 from jupyter_server.auth.decorator import authorized, ws_authenticated
 from jupyter_server.base.call_context import CallContext
 from jupyter_server.base.handlers import JupyterHandler
@@ -82,22 +83,29 @@ def _slice(run: LineRun, start: int, end: int) -> LineRun:
     return LineRun(run.replica, run.first_seq + start, times, texts)
 
 
-def runs_message(runs: list[LineRun]) -> str:
-    """The websocket's `runs` message: each replica's lines as columns."""
+def runs_message(runs: list[LineRun]) -> bytes:
+    """The websocket's `runs` message: each replica's lines as columns, in UTF-8 JSON. orjson
+    encodes it about 9x faster than json (a lot of a flood's server time was json's); json
+    takes a text orjson refuses (a lone surrogate, which no engine's decoding leaves)."""
     body = [
         {"replica": r.replica, "seq": r.first_seq, "times_ms": r.times_ms, "texts": r.texts}
         for r in runs
     ]
-    return json.dumps({"type": "runs", "runs": body})
+    message = {"type": "runs", "runs": body}
+    try:
+        return orjson.dumps(message)
+    except orjson.JSONEncodeError:
+        return json.dumps(message).encode()
 
 
 # The frames of batches still alive, by the batch's id: an engine that hands one batch object to
 # every follower at the same cursor (the local engine does) gets it encoded once for them all.
-_encoded: dict[int, list[str]] = {}
+_encoded: dict[int, list[bytes]] = {}
 
 
-def encoded_frames(batch: LogBatch) -> list[str]:
-    """The `runs` messages of a batch, as JSON text; encoded once per batch object."""
+def encoded_frames(batch: LogBatch) -> list[bytes]:
+    """The `runs` messages of a batch, as UTF-8 JSON (sent as text frames); encoded once per
+    batch object."""
     key = id(batch)
     messages = _encoded.get(key)
     if messages is None:
