@@ -156,6 +156,7 @@ async def through_server(
         HTTPRequest(ws_url, headers=server.headers()), max_message_size=256 << 20
     )
     receiver = Receiver(start_file, REPLICAS * lines)
+    seqs: dict[str, list[int]] = {}
 
     async def receive() -> None:
         while (frame := await connection.read_message()) is not None:
@@ -163,6 +164,11 @@ async def through_server(
             message = json.loads(frame)
             if message["type"] == "runs":
                 receiver.receive([text for run in message["runs"] for text in run["texts"]], now)
+                for run in message["runs"]:
+                    first = run["seq"]
+                    seqs.setdefault(run["replica"], []).extend(
+                        range(first, first + len(run["texts"]))
+                    )
             elif message["type"] == "error":
                 skip(f"the log stream sent an error: {message['message']}")
             elif message["type"] == "end":
@@ -176,6 +182,9 @@ async def through_server(
             await server.request("POST", f"/distrun/jobs/{job['id']}/cancel", {})
     if not receiver.done:
         skip(f"the stream ended after {len(receiver.latencies)} of {receiver.expected} lines")
+    whole = list(range(lines + 1))  # "ready", then the lines
+    if len(seqs) != REPLICAS or any(sorted(got) != whole for got in seqs.values()):
+        skip("the stream lost or repeated lines: " + str({r: len(got) for r, got in seqs.items()}))
     return receiver.result()
 
 

@@ -55,6 +55,11 @@ def frames(runs: list[LineRun]) -> list[list[LineRun]]:
     frame: list[LineRun] = []
     lines = size = 0
     for run in runs:
+        whole = sum(map(len, run.texts)) + _LINE_OVERHEAD * len(run)
+        if lines + len(run) <= FRAME_MAX_LINES and size + whole <= FRAME_MAX_BYTES:
+            frame.append(run)  # the common case: no sizes to add up line by line
+            lines, size = lines + len(run), size + whole
+            continue
         # before[k]: the size of the run's first k lines (summed in C: runs are long)
         before = list(accumulate(map(_LINE_OVERHEAD.__add__, map(len, run.texts)), initial=0))
         start = 0
