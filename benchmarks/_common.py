@@ -109,10 +109,10 @@ class BenchServer:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"token {self.token}"}
 
-    def launch(self) -> None:
+    def launch(self, **distrun_config: object) -> None:
         config = {
             "ServerApp": {"jpserver_extensions": {"distrun": True}},
-            "DistrunApp": {"state_dir": str(self.root / "state")},
+            "DistrunApp": {"state_dir": str(self.root / "state"), **distrun_config},
         }
         argv, env = server_command(self.root, self.port, self.token, config)
         with self.log_path.open("wb") as log:

@@ -136,7 +136,7 @@ async def through_pipes(lines: int, interval: float, start_file: Path) -> Result
 
 
 async def through_server(
-    server: BenchServer, lines: int, interval: float, start_file: Path
+    server: BenchServer, lines: int, interval: float, start_file: Path, deflate: bool = False
 ) -> Result:
     from tornado.httpclient import HTTPRequest
     from tornado.websocket import websocket_connect
@@ -153,8 +153,13 @@ async def through_server(
         skip(f"POST /distrun/jobs answered {status}, not 201:\n{server.log_tail()}")
     ws_url = server.url.replace("http", "ws", 1) + f"/distrun/jobs/{job['id']}/logs/stream"
     connection = await websocket_connect(
-        HTTPRequest(ws_url, headers=server.headers()), max_message_size=256 << 20
+        HTTPRequest(ws_url, headers=server.headers()),
+        max_message_size=256 << 20,
+        compression_options={} if deflate else None,  # permessage-deflate offered, or not
     )
+    extensions = connection.headers.get("Sec-WebSocket-Extensions", "")
+    if deflate != ("permessage-deflate" in extensions):
+        skip(f"permessage-deflate {'not ' if deflate else ''}negotiated: {extensions!r}")
     receiver = Receiver(start_file, REPLICAS * lines)
     seqs: dict[str, list[int]] = {}
 
@@ -202,13 +207,19 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines-per-replica", type=int, default=10_000)
     parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument(
+        "--deflate",
+        action="store_true",
+        help="the server offers permessage-deflate (DistrunApp.log_stream_compression) and "
+        "the client takes it, as a browser does",
+    )
     args = parser.parse_args()
     use_repo_package()
     with tempfile.TemporaryDirectory(prefix="distrun-bench-") as tmp:
         root = Path(tmp)
         server = BenchServer(root)
         try:
-            server.launch()
+            server.launch(log_stream_compression=args.deflate)
             await server.wait_until_ready()
             loads = {
                 "flat out": (args.lines_per_replica, 0.0),
@@ -222,7 +233,9 @@ async def main() -> None:
                     run += 1
                     pipes.append(await through_pipes(lines, interval, root / f"start-{run}-p"))
                     served.append(
-                        await through_server(server, lines, interval, root / f"start-{run}-s")
+                        await through_server(
+                            server, lines, interval, root / f"start-{run}-s", args.deflate
+                        )
                     )
                 results[load] = (pipes, served)
         finally:
@@ -230,8 +243,10 @@ async def main() -> None:
 
     for load, (pipes, served) in results.items():
         lines = args.lines_per_replica if load == "flat out" else PACED_LINES
+        deflate = ", permessage-deflate" if args.deflate else ""
         report(
-            f"{REPLICAS} replicas x {lines:,} lines, {load}; median of {args.repetitions} runs",
+            f"{REPLICAS} replicas x {lines:,} lines, {load}{deflate}; "
+            f"median of {args.repetitions} runs",
             pipes,
             served,
         )

@@ -176,6 +176,22 @@ async def test_many_lines_are_coalesced_into_bounded_frames(api, jp_ws_fetch, fa
     assert all(len(rows([m])) == FRAME_MAX_LINES for m in line_frames)
 
 
+async def test_permessage_deflate_is_offered_only_where_configured_and_loses_nothing(
+    api, jp_ws_fetch, fake_engine, distrun_app
+):
+    job_id = await submit(api)
+    fake_engine.emit(job_id, "worker-0", *[f"line {i} ünï" for i in range(3_000)])
+    fake_engine.finish(job_id)
+    for configured in (False, True):
+        distrun_app.log_stream_compression = configured
+        ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream", compression_options={})
+        extensions = ws.headers.get("Sec-WebSocket-Extensions", "")
+        assert ("permessage-deflate" in extensions) is configured
+        messages = await receive_all(ws)
+        assert texts(messages) == [f"line {i} ünï" for i in range(3_000)]
+        assert messages[-1] == {"type": "end"}
+
+
 async def test_unknown_job_gets_an_error_then_close_4404(api, jp_ws_fetch):
     ws = await jp_ws_fetch("distrun", "jobs", "nope-00000", "logs", "stream")
     assert await receive_all(ws) == [{"type": "error", "message": "no job 'nope-00000'"}]

@@ -75,6 +75,16 @@ class DistrunApp(ExtensionApp):
         Limits.max_payload_bytes, config=True, help="Most bytes of code plus shipped files."
     )
     max_log_line_bytes = Int(Limits.max_log_line_bytes, config=True)
+    log_stream_compression = Bool(
+        False,
+        config=True,
+        help=(
+            "Offer permessage-deflate on the log websocket (browsers accept it): training "
+            "logs cross the network about 6x smaller, for users far from the server, at the "
+            "cost of server CPU per line (benchmarks/bench_log_stream.py --deflate measures "
+            "it; docs/performance.md)."
+        ),
+    )
     max_streams_per_user = Int(
         64,
         config=True,
