@@ -62,6 +62,33 @@ async def test_a_sweep_reads_from_its_trials_with_the_best_and_the_stopped_one(a
     assert rows[1]["metrics"] == {"loss": 0.5}
 
 
+async def test_a_running_sweep_polled_again_reads_only_the_lines_written_since(
+    api, fake_engine, monkeypatch
+):
+    running = await start_trial(api, 0, 0.1)
+    report(fake_engine, running["id"], [3.0, 2.0])
+    returned: list[int] = []
+    read_logs = fake_engine.read_logs
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        lines = await read_logs(*args, **kwargs)
+        returned.append(len(lines))
+        return lines
+
+    monkeypatch.setattr(fake_engine, "read_logs", counted)
+    first = await api("sweeps", "sweep-abc123")
+    assert first["trials"][0]["series"]["loss"] == [[1.0, 3.0], [2.0, 2.0]]
+    assert sum(returned) == 2
+    returned.clear()
+    fake_engine.emit(running["id"], "master-0", "step 3 loss=1.5")
+    again = await api("sweeps", "sweep-abc123")
+    assert sum(returned) == 1, "only the new line"
+    assert again["trials"][0]["series"]["loss"] == [[1.0, 3.0], [2.0, 2.0], [3.0, 1.5]]
+    assert (await api("metrics", params={"job": running["id"]}))["jobs"][0]["metrics"] == {
+        "loss": 1.5
+    }
+
+
 async def test_the_sweep_list_groups_trials_without_reading_logs(api, three_trials):
     body = await api("sweeps")
     assert [sweep["id"] for sweep in body["sweeps"]] == ["sweep-abc123"]

@@ -26,6 +26,7 @@ from traitlets import Bool, CaselessStrEnum, Dict, Int, Unicode, default
 from distrun.core.spec import Limits
 from distrun.engines.protocol import Engine
 from distrun.engines.registry import EngineRegistry, build_engine
+from distrun.server.metric_reads import MetricReads
 from distrun.server.routes import routes
 
 EngineFactory = Callable[["DistrunApp"], Engine]
@@ -129,6 +130,7 @@ class DistrunApp(ExtensionApp):
         self._registry: EngineRegistry | None = None
         # Open log websockets: follower task -> its handler.
         self.streams: dict[asyncio.Task[None], WebSocketHandler] = {}
+        self.metric_reads = MetricReads()  # what jobs' logs reported, read on per request
         self._token_file: Path | None = None
 
     @property

@@ -20,7 +20,7 @@ from distrun.core.jobids import check_job_id
 from distrun.core.metric_series import MetricSeries
 from distrun.core.spec import JobSpec
 from distrun.core.sweep import SweepSpec, from_dict
-from distrun.core.sweep_summary import MAX_POINTS, TrialJob, summary, sweeps_of
+from distrun.core.sweep_summary import TrialJob, summary, sweeps_of
 from distrun.engines.protocol import ExperimentEngine
 from distrun.server.handlers import CellHandler, DistrunHandler, LogReader, check_keys
 
@@ -113,15 +113,8 @@ class _SweepReader(DistrunHandler):
         return list(await asyncio.gather(*(read(job) for job in jobs)))
 
     async def _read_first_replica(self, job: Job) -> MetricSeries:
-        readings = MetricSeries(max_points=MAX_POINTS)
-        if not job.replicas:
-            return readings
-        engine, first = self.app.registry.get(job.engine), job.replicas[0].name
-        reader = LogReader(engine, job.id, self.owner)
-        async for lines, _ in reader.pages([first], {first: 0}):
-            for line in lines:
-                readings.read(line.text)
-        return readings
+        reader = LogReader(self.app.registry.get(job.engine), job.id, self.owner)
+        return await self.app.metric_reads.series(reader, job)
 
 
 class SweepHandler(_SweepReader):
