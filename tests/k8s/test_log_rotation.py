@@ -124,6 +124,14 @@ async def followed_job(
     return job, logs, list(logs), viewer
 
 
+async def rotate_followed(cluster: KubeCluster, logs: dict[str, PodLog]) -> None:
+    """Rotates each log once kwok's reader of the live follower's stream is ready for it
+    (KubeCluster.follows)."""
+    for log in logs.values():
+        await wait_until(lambda log=log: cluster.follows(log), "kwok following the log", WAIT)
+        log.rotate()
+
+
 def numbered(replica: str, lines: range) -> list[str]:
     return [text(replica, i) for i in lines]
 
@@ -144,9 +152,7 @@ async def test_after_a_rotation_a_late_reader_numbers_the_new_file_as_the_live_f
     first, second, third = engines
     job, logs, names, live = await followed_job(first, kube_cluster, monkeypatch, 300)
 
-    for log in logs.values():
-        await wait_until(lambda log=log: kube_cluster.follows(log), "kwok following", WAIT)
-        log.rotate()
+    await rotate_followed(kube_cluster, logs)
     write(logs, range(300, 600))
     for name in names:
         await live.has(name, 600)
@@ -250,9 +256,7 @@ async def test_a_pod_update_while_following_does_not_cost_the_follower_its_place
     """A pod changes while it runs (a condition, a label); the follower keeps its stream.
     Starting a new one would read the file again, and after a rotation only the new file."""
     job, logs, names, live = await followed_job(engines[0], kube_cluster, monkeypatch, 50)
-    for log in logs.values():
-        await wait_until(lambda log=log: kube_cluster.follows(log), "kwok following", WAIT)
-        log.rotate()
+    await rotate_followed(kube_cluster, logs)
     pods = client.CoreV1Api(kube_admin)
     for name in names:
         patch = {"metadata": {"labels": {"distrun-test/touched": "yes"}}}
