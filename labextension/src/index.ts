@@ -31,6 +31,7 @@ import {
 } from '@lumino/coreutils';
 
 import { cancelJob, deleteJob } from './common/api';
+import { JOB_ID_ARGS, NO_ARGS } from './common/commandargs';
 // The form is part of the sidebar, needed at activation like it.
 // eslint-disable-next-line jupyter/prefer-lazy-imports
 import { RunForm } from './run/form';
@@ -64,15 +65,6 @@ function activeCodeCell(panel: NotebookPanel | null): CodeCell | null {
   const cell = panel?.content.activeCell;
   return cell instanceof CodeCell ? cell : null;
 }
-
-const NO_ARGS = { args: { type: 'object', properties: {} } } as const;
-const JOB_ID_ARGS = {
-  args: {
-    type: 'object',
-    properties: { id: { type: 'string', description: 'The job id' } },
-    required: ['id']
-  }
-} as const;
 
 /** What a header-less cell runs as, from the settings and the last submitted job. */
 class RunChoices {

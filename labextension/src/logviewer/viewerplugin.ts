@@ -23,19 +23,11 @@ import {
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
 import { getJob } from '../common/api';
+import { JOB_ID_ARGS, NO_ARGS } from '../common/commandargs';
 import { activateOpen, addToMainArea } from '../common/mainarea';
 import { IJob, isJobId, withoutTrialEnv } from '../common/model';
 import type { LogViewer } from './logviewer';
 import { CommandIDs, PLUGIN_ID, TRANSLATION_DOMAIN } from '../common/tokens';
-
-const JOB_ID_ARGS = {
-  args: {
-    type: 'object',
-    properties: { id: { type: 'string', description: 'The job id' } },
-    required: ['id']
-  }
-} as const;
-const NO_ARGS = { args: { type: 'object', properties: {} } } as const;
 
 export const logViewerPlugin: JupyterFrontEndPlugin<void> = {
   id: `${PLUGIN_ID.split(':')[0]}:log-viewer`,

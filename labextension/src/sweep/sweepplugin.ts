@@ -19,19 +19,13 @@ import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
 import { cancelSweep, deleteSweep } from '../common/api';
+import { SWEEP_ID_ARGS } from '../common/commandargs';
 import { activateOpen, addToMainArea } from '../common/mainarea';
 import { isJobId } from '../common/model';
 import { CommandIDs, PLUGIN_ID, TRANSLATION_DOMAIN } from '../common/tokens';
 import type { CompareView } from './compareview';
 import type { SweepView } from './sweepview';
 
-const SWEEP_ID_ARGS = {
-  args: {
-    type: 'object',
-    properties: { id: { type: 'string', description: 'The sweep id' } },
-    required: ['id']
-  }
-} as const;
 const JOB_IDS_ARGS = {
   args: {
     type: 'object',
