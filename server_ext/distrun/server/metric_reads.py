@@ -42,7 +42,7 @@ class MetricReads:
         read = self._entry((reader.owner, job.engine, job.id))
         first = job.replicas[0].name
         async with read.lock:
-            async for lines, cursor in reader.pages([first], read.cursor or {first: 0}):
+            async for lines, cursor in reader.pages([first], read.cursor):
                 for line in lines:
                     read.series.read(line.text)
                 read.cursor = cursor

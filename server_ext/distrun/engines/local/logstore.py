@@ -341,9 +341,7 @@ class LogTail:
             )
             self._parse_into(run, data[start : start + before[taken]], taken)
             read_bytes += before[taken]
-            self._offset += start + before[taken]
-            self._seq += skipped + taken
-            self.next_seq = max(self.next_seq, self._seq)
+            self._advance(start + before[taken], skipped + taken)
             if taken < len(wanted):
                 break
         return run
@@ -360,10 +358,14 @@ class LogTail:
         if len(run) + count > max_lines:
             return False
         self._parse_into(run, data[:size], count)
-        self._offset += size
-        self._seq += count
-        self.next_seq = self._seq
+        self._advance(size, count)
         return True
+
+    def _advance(self, size: int, records: int) -> None:
+        """Moves the cursor past `records` whole records, `size` bytes."""
+        self._offset += size
+        self._seq += records
+        self.next_seq = max(self.next_seq, self._seq)
 
     def _read_size(self, lines: int, size: int) -> int:
         """Not much more than `lines` lines and `size` bytes take, by the log's mean record so
