@@ -5,9 +5,11 @@ engine, against the floor: the same N Python processes started from a fixed shel
 
 Both sides run the same one-line program per replica. For each we time, from the moment we ask
 for the job, the first line any replica prints and the moment every replica has printed its line.
-The local engine runs twice: warm (its next job's supervisor started and waiting, as after a
-person's pause between runs: the benchmark waits a second before each submission) and cold
-(an engine without a waiting supervisor: every job starts its own interpreter first). The
+The local engine runs three ways: warm (its next job's supervisor started and waiting, with the
+first replica's interpreter started ahead beside it, as after a person's pause between runs: the
+benchmark waits a second before each submission), warm without that interpreter
+(`waiting_interpreters=0`: every replica's interpreter starts on the submit), and cold (an
+engine without a waiting supervisor: every job starts its own interpreter first). The
 engine's first line is also split into where its time went, from the job's own records: submit
 to the supervisor starting the replicas (status `started_at`), to the first line captured (its
 log time), to the first line received by the follower.
@@ -119,29 +121,46 @@ async def main() -> None:
         script = Path(tmp) / "replica.py"
         script.write_text(REPLICA_CODE)
         warm = local_engine_class(Path(tmp) / "warm", Limits())
+        no_interpreter = local_engine_class(
+            Path(tmp) / "no-interpreter", Limits(), waiting_interpreters=0
+        )
         cold = local_engine_class(Path(tmp) / "cold", Limits(), warm_supervisor=False)
         bare_processes(script, replicas)  # warm the page cache for every side
         await through_local_engine(cold, "bench", replicas)
-        bare, warm_runs, cold_runs = [], [], []
+        bare, warm_runs, no_interpreter_runs, cold_runs = [], [], [], []
         warm_parts: list[Breakdown] = []
+        no_interpreter_parts: list[Breakdown] = []
         cold_parts: list[Breakdown] = []
         for _ in range(args.repetitions):
             bare.append(bare_processes(script, replicas))
             cold_runs.append(await through_local_engine(cold, "bench", replicas, cold_parts))
-            await warm.prepare()
-            await asyncio.sleep(PAUSE_SECONDS)
-            warm_runs.append(await through_local_engine(warm, "bench", replicas, warm_parts))
-        await warm.close()
-        await cold.close()
+            for engine, runs, parts in (
+                (warm, warm_runs, warm_parts),
+                (no_interpreter, no_interpreter_runs, no_interpreter_parts),
+            ):
+                await engine.prepare()
+                await asyncio.sleep(PAUSE_SECONDS)
+                runs.append(await through_local_engine(engine, "bench", replicas, parts))
+        for engine in (warm, no_interpreter, cold):
+            await engine.close()
 
     print(f"submit-to-first-log-line, {replicas} replicas, median of {args.repetitions} runs")
-    print(f"{'':28}{'first line':>14}{'every replica':>16}{'ratio':>8}")
+    print(f"{'':36}{'first line':>14}{'every replica':>16}{'ratio':>8}")
     floor = median([r[0] for r in bare])
-    sides = (("bare shell + python", bare), ("local engine, warm", warm_runs))
-    for name, runs in (*sides, ("local engine, cold", cold_runs)):
+    sides = (
+        ("bare shell + python", bare),
+        ("local engine, warm", warm_runs),
+        ("local engine, warm, no interpreter", no_interpreter_runs),
+        ("local engine, cold", cold_runs),
+    )
+    for name, runs in sides:
         first, every = median([r[0] for r in runs]), median([r[1] for r in runs])
-        print(f"{name:28}{ms(first):>14}{ms(every):>16}{first / floor:>7.2f}x")
-    for name, parts in (("warm", warm_parts), ("cold", cold_parts)):
+        print(f"{name:36}{ms(first):>14}{ms(every):>16}{first / floor:>7.2f}x")
+    for name, parts in (
+        ("warm", warm_parts),
+        ("warm, no interpreter", no_interpreter_parts),
+        ("cold", cold_parts),
+    ):
         started = median([b.to_started for b in parts])
         captured = median([b.to_captured for b in parts])
         received = median([b.to_received for b in parts])

@@ -22,13 +22,19 @@ c.IdentityProvider.token = os.environ.get("DISTRUN_UI_TOKEN", "distrun-ui-tests"
 c.ServerApp.disable_check_xsrf = False  # noqa: F821
 # This server's own jobs and logs: tests and screenshots never see another server's jobs.
 c.DistrunApp.state_dir = tempfile.mkdtemp(prefix="distrun-ui-state-")  # noqa: F821
-# benchmarks/browser --nice: the niceness the local engine runs jobs at (its default is 10).
-if os.environ.get("DISTRUN_BENCH_NICE"):
+# benchmarks/browser --nice, --waiting-interpreters: the local engine's niceness for jobs (its
+# default is 10) and how many replica interpreters it starts ahead (its default is 1).
+_bench_options = {
+    option: int(os.environ[variable])
+    for option, variable in (
+        ("nice", "DISTRUN_BENCH_NICE"),
+        ("waiting_interpreters", "DISTRUN_BENCH_WAITING_INTERPRETERS"),
+    )
+    if os.environ.get(variable)
+}
+if _bench_options:
     c.DistrunApp.engines = {  # noqa: F821
-        "local": {
-            "class": "distrun.engines.local.LocalEngine",
-            "nice": int(os.environ["DISTRUN_BENCH_NICE"]),
-        }
+        "local": {"class": "distrun.engines.local.LocalEngine", **_bench_options}
     }
 
 

@@ -33,6 +33,8 @@ const { values: opts } = parseArgs({
     'first-line-only': { type: 'boolean', default: false },
     // The local engine's niceness for jobs (default: the engine's, 10).
     nice: { type: 'string', default: '' },
+    // How many replica interpreters the engine starts ahead (default: the engine's, 1).
+    'waiting-interpreters': { type: 'string', default: '' },
     // CPU-bound processes (nice 0) running through the click-to-first-line runs: a busy machine.
     busy: { type: 'string', default: '0' },
     chromium: {
@@ -106,13 +108,13 @@ const ms = value => (Number.isFinite(value) ? `${value.toFixed(1)} ms` : 'n/a');
 async function startLab() {
   const env = {
     ...process.env,
-    PATH: `/tmp/warm/venv/bin:${process.env.PATH}`,
     PYTHONPATH: [join(REPO, 'server_ext'), process.env.PYTHONPATH]
       .filter(Boolean)
       .join(':'),
     DISTRUN_UI_PORT: opts.port,
     DISTRUN_UI_TOKEN: TOKEN,
-    DISTRUN_BENCH_NICE: opts.nice
+    DISTRUN_BENCH_NICE: opts.nice,
+    DISTRUN_BENCH_WAITING_INTERPRETERS: opts['waiting-interpreters']
   };
   const lab = spawn(
     'jupyter',

@@ -24,8 +24,10 @@ def waiting_supervisors(engine: LocalEngine) -> list[int]:
     """The pids of the engine's supervisors waiting for a job."""
     warm = engine._warm
     assert warm is not None
-    process = warm._waiting
-    return [] if process is None or process.poll() is not None else [process.pid]
+    waiting = warm._waiting
+    if waiting is None or waiting.process.poll() is not None:
+        return []
+    return [waiting.process.pid]
 
 
 def supervisor_pid(engine: LocalEngine, job_id: str) -> int:

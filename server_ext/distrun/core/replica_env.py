@@ -33,6 +33,8 @@ MPI_RSH_AGENT_PATH = "/etc/mpi/kubexec.sh"
 # The operator's defaulting sets nprocPerNode to "auto" when there is no elastic policy
 # (apis/kubeflow.org/v1/pytorch_defaults.go); distrun specs have neither.
 PYTORCH_NPROC_PER_NODE = "auto"
+# distrun's own defaults, below everything else.
+DEFAULT_ENV = {"PYTHONUNBUFFERED": "1"}
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ def replica_env(
     `hostfile_path` and `rsh_agent_path` matter only to an MPI launcher; None means the
     operator's paths under /etc/mpi.
     """
-    env = {"PYTHONUNBUFFERED": "1"}
+    env = dict(DEFAULT_ENV)
     env.update(spec.env)
     env.update(distrun_env(spec, job_id, replica))
     env.update(

@@ -115,6 +115,15 @@ def _supervisor_process(
     return process
 
 
+def _supervisor_mark(files: JobFiles) -> str | None:
+    """The mark of the replica interpreters the job's supervisor started ahead, if it did."""
+    try:
+        mark = read_json(files.supervisor).get("mark")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return mark if isinstance(mark, str) else None
+
+
 GPU_INFO_SECONDS = 30.0  # how long the engine list may show GPUs found before
 
 
@@ -131,12 +140,14 @@ class LocalEngine:
         gpu_discovery: str = "auto",
         mps_pipe_directory: str | None = None,
         warm_supervisor: bool = True,
+        waiting_interpreters: int = 1,
     ) -> None:
         """`gpu_discovery`: how to find this machine's GPUs (auto: NVML, then nvidia-smi;
         none: treat it as having none); `mps_pipe_directory`: where the CUDA MPS daemon's pipes
         are (else $CUDA_MPS_PIPE_DIRECTORY or /tmp/nvidia-mps); `warm_supervisor`: keep the
         next job's supervisor started and waiting (warm_supervisor.py), from the first
-        submission or `prepare()` on."""
+        submission or `prepare()` on; `waiting_interpreters`: how many replica interpreters
+        it starts ahead of the job (waiting_interpreters.py; 0: none)."""
         if gpu_discovery not in gpu_devices.DISCOVERY:
             raise SpecError(
                 f"gpu_discovery {gpu_discovery!r} is not valid; configure one of "
@@ -151,6 +162,12 @@ class LocalEngine:
         self.grace_seconds = grace_seconds
         # Replicas share this machine with the server: run them below it (0: beside it).
         self.nice = nice
+        if waiting_interpreters < 0:
+            raise SpecError(
+                f"waiting_interpreters is {waiting_interpreters}; configure 0 or more",
+                field="waiting_interpreters",
+            )
+        self.waiting_interpreters = waiting_interpreters
         self._jobs_dir = Path(state_dir) / "jobs"
         # (name, inode, mtime) of job directories whose status was final when read.
         self._finalized: set[tuple[str, int, int]] = set()
@@ -421,12 +438,13 @@ class LocalEngine:
         raise EngineError("could not find a free job id; try again")
 
     def _launch(self, files: JobFiles) -> None:
-        process = self._warm.take(files.dir) if self._warm is not None else None
-        if process is None:
-            process = self._start_supervisor(files)
+        waiting = self._warm.take(files.dir) if self._warm is not None else None
+        process = waiting.process if waiting is not None else self._start_supervisor(files)
         clock = start_clock()
         started = process_start_time(process.pid, clock)
         record = {"pid": process.pid, "start_time": started, "clock": clock}
+        if waiting is not None:
+            record["mark"] = waiting.mark
         write_json_atomic(files.supervisor, record)
 
     def _start_supervisor(self, files: JobFiles) -> "subprocess.Popen[bytes]":
@@ -440,9 +458,9 @@ class LocalEngine:
             self._settle(files, JobState.FAILED, f"could not start the supervisor: {error}")
             raise EngineError(f"could not start the job's supervisor: {error}") from None
 
-    def _waiting_supervisor(self) -> "subprocess.Popen[bytes]":
+    def _waiting_supervisor(self, mark: str) -> "subprocess.Popen[bytes]":
         return _supervisor_process(
-            [WAIT_FLAG, str(self.nice)],
+            [WAIT_FLAG, str(self.nice), self.python, str(self.waiting_interpreters), mark],
             cwd=self._jobs_dir,
             stdin=subprocess.PIPE,
             output=subprocess.DEVNULL,
@@ -503,8 +521,9 @@ class LocalEngine:
         outcome."""
         job = read_json(files.job)
         status = _read_status(files, job)
-        # Found by their DISTRUN_JOB_ID, not by recorded group ids, which may have been reused.
-        kill_job_processes(job["id"])
+        # Found by their DISTRUN_JOB_ID (or the mark of the interpreters the supervisor started
+        # ahead), not by recorded group ids, which may have been reused.
+        kill_job_processes(job["id"], _supervisor_mark(files))
         now = time.time()
         if not status.state.terminal:
             status.state, status.reason, status.finished_at = state, reason, now

@@ -11,6 +11,7 @@ from distrun.engines.local.gpu_devices import Grant, grant_env, hide_gpus
 from distrun.engines.local.jobdir import JobFiles, Runtime, read_json, stored_spec
 from distrun.engines.local.private_files import write_private
 from distrun.engines.local.processes import Spawned, lower_priority, spawn_replica
+from distrun.engines.local.waiting_interpreters import WaitingInterpreters
 
 
 class Launch:
@@ -18,10 +19,18 @@ class Launch:
     replica's environment built, and `start()` starting the replicas (in order, stopping at
     the first that cannot start), or `begin()` and then `spawn()` for each, where the caller
     has other work to do between two (the supervisor's event loop reading the first ones'
-    output)."""
+    output). Replicas go to `interpreters` started ahead where one fits, `mark` being theirs.
+    """
 
-    def __init__(self, files: JobFiles) -> None:
+    def __init__(
+        self,
+        files: JobFiles,
+        interpreters: WaitingInterpreters | None = None,
+        mark: str | None = None,
+    ) -> None:
         self.files = files
+        self.interpreters = interpreters
+        self.mark = mark
         job = read_json(files.job)
         self.job_id: str = job["id"]
         self.spec = stored_spec(job)
@@ -45,7 +54,13 @@ class Launch:
         self.begin()
         for name in self.envs:
             if not self.spawn(name):
-                return
+                break
+        self.close_interpreters()
+
+    def close_interpreters(self) -> None:
+        """Ends the interpreters started ahead that no replica took."""
+        if self.interpreters is not None:
+            self.interpreters.close()
 
     def begin(self) -> None:
         """What comes before the first replica starts (`spawn` then starts each)."""
@@ -54,10 +69,11 @@ class Launch:
 
     def spawn(self, name: str) -> bool:
         """Starts replica `name`; False (recorded in `failed`) when it could not start."""
+        argv, env = self.runtime.argv(), self.envs[name]
+        waiting = self.interpreters.take(argv, env) if self.interpreters is not None else None
+        spawned = waiting.hand_over(argv, self.files.code, env) if waiting is not None else None
         try:
-            self.spawned[name] = spawn_replica(
-                self.runtime.argv(), self.files.code, self.envs[name]
-            )
+            self.spawned[name] = spawned or spawn_replica(argv, self.files.code, env)
         except OSError as error:
             self.failed = (name, error)
             return False

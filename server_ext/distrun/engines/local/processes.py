@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from distrun.engines.local import capabilities
+from distrun.engines.local.waiting_interpreter_main import MARK as WAITING_MARK
 
 _PR_SET_PDEATHSIG = 1
 
@@ -47,22 +48,26 @@ def process_start_time(pid: int, clock: str | None = None) -> int | None:
     return int(fields[19])
 
 
-def kill_job_processes(job_id: str) -> int:
+def kill_job_processes(job_id: str, mark: str | None = None) -> int:
     """SIGKILLs every process of the job that outlived its replica's process group (one
     started with `setsid`, say): every process that carries DISTRUN_JOB_ID=job_id in its
-    environment, as a pod's end would stop everything in its container. Scans again until none
-    is left, since one may fork meanwhile; returns how many were killed."""
+    environment, as a pod's end would stop everything in its container, or, where the job's
+    supervisor started replica interpreters ahead (waiting_interpreters.py, Linux only), their
+    `mark`. Scans again until none is left, since one may fork meanwhile; returns how many were
+    killed."""
     linux = capabilities.current()
     if not (linux.proc and linux.pidfd):
         from distrun.engines.local import portable
 
         return portable.kill_marked(job_id)
-    marker = f"DISTRUN_JOB_ID={job_id}".encode()
+    markers = {f"DISTRUN_JOB_ID={job_id}".encode()}
+    if mark is not None:
+        markers.add(f"{WAITING_MARK}={mark}".encode())
     killed = 0
     for _ in range(10):
         found = 0
         for pid in _pids():
-            found += _kill_if_marked(pid, marker)
+            found += _kill_if_marked(pid, markers)
         killed += found
         if not found:
             break
@@ -74,7 +79,7 @@ def _pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) != me]
 
 
-def _kill_if_marked(pid: int, marker: bytes) -> bool:
+def _kill_if_marked(pid: int, markers: set[bytes]) -> bool:
     try:
         pidfd = os.pidfd_open(pid)
     except OSError:  # gone
@@ -82,7 +87,7 @@ def _kill_if_marked(pid: int, marker: bytes) -> bool:
     try:
         # Read after the pidfd pins the process: a reused pid cannot be killed by mistake.
         environ = Path(f"/proc/{pid}/environ").read_bytes()
-        if marker not in environ.split(b"\0"):
+        if markers.isdisjoint(environ.split(b"\0")):
             return False
         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         return True
@@ -142,7 +147,7 @@ def spawn_replica(argv: list[str], cwd: Path, env: dict[str, str]) -> Spawned:
     launcher = death_signal_launcher()
     try:
         if launcher is not None:
-            _check_executable(argv[0])  # else setpriv would be what fails, in the replica's log
+            check_executable(argv[0])  # else setpriv would be what fails, in the replica's log
             process = subprocess.Popen([*launcher, *argv], process_group=0, **common)
         else:
             # The supervisor runs no threads, so a preexec_fn is safe here.
@@ -177,7 +182,7 @@ def death_signal_launcher() -> list[str] | None:
     return [path, "--pdeathsig", "KILL", "--"] if b"--pdeathsig" in usage.stdout else None
 
 
-def _check_executable(program: str) -> None:
+def check_executable(program: str) -> None:
     if os.path.isabs(program) and not os.access(program, os.X_OK):
         error = errno.ENOENT if not os.path.exists(program) else errno.EACCES
         raise OSError(error, os.strerror(error), program)

@@ -17,11 +17,13 @@ replica's program is executing: 0.3 ms through setpriv, some 3 ms through a pree
 while the replicas already started take the cores).
 """
 
+import os
 import sys
 import time
 from pathlib import Path
 
 from distrun.core.job import JobState
+from distrun.core.replica_env import DEFAULT_ENV
 from distrun.engines.local.jobdir import JobFiles, JobStatus, read_json, write_json_atomic
 from distrun.engines.local.launch import Launch
 from distrun.engines.local.processes import (
@@ -30,38 +32,44 @@ from distrun.engines.local.processes import (
     lower_priority,
     start_guard,
 )
-from distrun.engines.local.warm_supervisor import WAIT_FLAG, wait_for_job
+from distrun.engines.local.waiting_interpreters import WaitingInterpreters
+from distrun.engines.local.warm_supervisor import WAIT_ARGS, WAIT_FLAG, wait_for_job
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    waited = args[:1] == [WAIT_FLAG] and len(args) == 2
+    waited = args[:1] == [WAIT_FLAG] and len(args) == len(WAIT_ARGS) + 1
+    interpreters: WaitingInterpreters | None = None
+    mark: str | None = None
     if waited:  # started ahead of its job, at its niceness
-        lower_priority(int(args[1]))
+        nice, python, count, mark = args[1:]
+        lower_priority(int(nice))
         import distrun.engines.local.supervisor_loop  # noqa: F401  (loaded while it waits)
 
         death_signal_launcher()  # found while it waits, too
-
+        interpreters = WaitingInterpreters.start(python, int(count), _waiting_env(), mark)
         job_dir = wait_for_job(JobFiles(Path(".")).supervisor_log.name)
         if job_dir is None:
+            interpreters.close()
             return 0
         args = [job_dir]
     if len(args) != 1:
         print(
-            "usage: python -m distrun.engines.local.supervisor JOB_DIR | --wait NICE",
+            "usage: python -m distrun.engines.local.supervisor JOB_DIR | "
+            f"{WAIT_FLAG} {' '.join(WAIT_ARGS)}",
             file=sys.stderr,
         )
         return 2
     files = JobFiles(Path(args[0]))
     try:
-        launch = Launch(files)
+        launch = Launch(files, interpreters, mark)
         start_guard(launch.job_id, files.status)
         if waited:  # the event loop is loaded: it starts the replicas, reading as they start
             launch.begin()
         else:
             launch.start()
     except Exception as error:
-        _record_launch_failure(files, error)
+        _record_launch_failure(files, error, mark)
         raise
     # Not at the top: asyncio and the rest load while the replicas start.
     from distrun.engines.local.supervisor_loop import run
@@ -69,13 +77,19 @@ def main(argv: list[str] | None = None) -> int:
     return run(launch)
 
 
-def _record_launch_failure(files: JobFiles, error: Exception) -> None:
+def _waiting_env() -> dict[str, str]:
+    """What a waiting interpreter starts with: what a replica gets that it reads as it starts
+    (this process's environment and distrun's defaults)."""
+    return {**os.environ, **DEFAULT_ENV}
+
+
+def _record_launch_failure(files: JobFiles, error: Exception, mark: str | None) -> None:
     """Starting the job failed: stop whatever started and say so in status.json."""
     import traceback  # only on this path
 
     traceback.print_exc()
     try:
-        kill_job_processes(files.dir.name)
+        kill_job_processes(files.dir.name, mark)
         status = JobStatus.from_json(read_json(files.status))
         status.state = JobState.FAILED
         status.reason = f"the supervisor failed: {error!r}"

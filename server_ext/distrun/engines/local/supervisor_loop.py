@@ -151,12 +151,13 @@ class Supervisor:
         self.status.state = JobState.RUNNING
         self.status.started_at = self.launch.started_at or time.time()
         await self._attach_all()
+        self.launch.close_interpreters()
         if self.spec.active_deadline_seconds is not None:
             loop.call_later(self.spec.active_deadline_seconds, self._on_deadline)
         self._write_status()
         await self._outcome
         await self._stop_all()
-        kill_job_processes(self.job_id)
+        kill_job_processes(self.job_id, self.launch.mark)
         self.status.finalized = True
         self._write_status()
         for replica in self.replicas.values():
@@ -411,11 +412,12 @@ def _signal_group(replica: _Replica, signum: int) -> None:
 
 def _record_crash(supervisor: Supervisor, error: BaseException) -> None:
     """The supervisor itself failed: stop its replicas and say so in status.json."""
+    supervisor.launch.close_interpreters()
     for replica in supervisor.replicas.values():
         if replica.process is not None and replica.process.poll() is None:
             _signal_group(replica, signal.SIGKILL)
     with contextlib.suppress(OSError):
-        kill_job_processes(supervisor.job_id)
+        kill_job_processes(supervisor.job_id, supervisor.launch.mark)
     status = supervisor.status
     if not status.state.terminal or not status.finalized:
         status.state = JobState.FAILED if not status.state.terminal else status.state

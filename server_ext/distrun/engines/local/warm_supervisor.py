@@ -11,12 +11,17 @@ waiting supervisor exits without doing anything.
 
 import contextlib
 import os
+import secrets
 import subprocess
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 WAIT_FLAG = "--wait"
+# What follows the flag: the replicas' niceness, their Python, how many of their interpreters to
+# start ahead (waiting_interpreters.py) and the mark those carry.
+WAIT_ARGS = ("NICE", "PYTHON", "INTERPRETERS", "MARK")
 
 
 # The next supervisor starts this long after a job was handed over, so that its start-up does
@@ -24,13 +29,19 @@ WAIT_FLAG = "--wait"
 REARM_DELAY_SECONDS = 0.25
 
 
+@dataclass
+class Waiting:
+    process: "subprocess.Popen[bytes]"
+    mark: str  # what the replica interpreters it starts ahead carry (waiting_interpreters.py)
+
+
 class WarmSupervisor:
     """At most one supervisor waiting for a job; `take` hands it one, and the next one starts
-    shortly after."""
+    shortly after. `start` starts one with the mark given."""
 
-    def __init__(self, start: Callable[[], "subprocess.Popen[bytes]"]) -> None:
+    def __init__(self, start: Callable[[str], "subprocess.Popen[bytes]"]) -> None:
         self._start = start
-        self._waiting: subprocess.Popen[bytes] | None = None
+        self._waiting: Waiting | None = None
         self._lock = threading.Lock()
         self._closed = False
 
@@ -40,25 +51,27 @@ class WarmSupervisor:
         start their supervisor the usual way."""
         with self._lock:
             if self._waiting is None and not self._closed:
+                mark = secrets.token_hex(8)
                 with contextlib.suppress(OSError):
-                    self._waiting = self._start()
+                    self._waiting = Waiting(self._start(mark), mark)
 
-    def take(self, job_dir: Path) -> "subprocess.Popen[bytes] | None":
+    def take(self, job_dir: Path) -> Waiting | None:
         """The waiting supervisor, now running `job_dir`'s job; None when none was waiting or
         it had died (start one the usual way then)."""
         with self._lock:
-            process, self._waiting = self._waiting, None
-        handed = process is not None and _hand_over(process, job_dir)
+            waiting, self._waiting = self._waiting, None
+        handed = waiting is not None and _hand_over(waiting.process, job_dir)
         rearm = threading.Timer(REARM_DELAY_SECONDS, self.prepare)
         rearm.daemon = True
         rearm.start()
-        return process if handed else None
+        return waiting if handed else None
 
     def close(self) -> None:
         """Ends the waiting supervisor (it exits at end-of-file) and starts no more."""
         with self._lock:
             self._closed = True
-            process, self._waiting = self._waiting, None
+            waiting, self._waiting = self._waiting, None
+        process = waiting.process if waiting is not None else None
         if process is not None and process.stdin is not None:
             process.stdin.close()
             try:
