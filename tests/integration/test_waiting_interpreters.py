@@ -22,7 +22,7 @@ from distrun.engines.local.waiting_interpreter_main import MARK
 from distrun.engines.local.waiting_interpreters import WaitingInterpreter, WaitingInterpreters
 
 from ..reliability.helpers import spec
-from .test_local_engine import follow_to_end, gone, wait_for_lines, wait_until
+from .test_local_engine import EngineFactory, follow_to_end, gone, wait_for_lines, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -170,27 +170,46 @@ def test_an_interpreter_started_ahead_takes_only_what_would_start_the_same(tmp_p
         interpreters.close()
 
 
-@linux_only
-async def test_the_engine_hands_the_first_replica_to_an_interpreter_started_ahead(
-    local_engine: LocalEngine,
-) -> None:
-    await local_engine.prepare()
-    code = """
-        import os, sys
-        print(os.environ["RANK"], sys.orig_argv[1:], sys.argv, flush=True)
-        print(open(f"/proc/{os.getpid()}/cmdline", "rb").read().split(b"\\0")[1].decode())
-    """
-    job = await local_engine.submit(spec(code, replicas=3), "alice")
-    done, lines = await follow_to_end(local_engine, job)
+# Prints the replica's rank, what it sees as its arguments, and its command line's second word:
+# "-c" in an interpreter started ahead, "main.py" in one started cold.
+ARGUMENTS = """
+    import os, sys
+    print(os.environ["RANK"], sys.orig_argv[1:], sys.argv, flush=True)
+    print(open(f"/proc/{os.getpid()}/cmdline", "rb").read().split(b"\\0")[1].decode())
+"""
+
+
+async def run_arguments(engine: LocalEngine, replicas: int) -> dict[str, list[str]]:
+    await engine.prepare()
+    job = await engine.submit(spec(ARGUMENTS, replicas=replicas), "alice")
+    done, lines = await follow_to_end(engine, job)
     assert done.state == JobState.SUCCEEDED
-    texts = {line.replica: [] for line in lines}
+    texts: dict[str, list[str]] = {}
     for line in lines:
-        texts[line.replica].append(line.text)
-    # The first replica ran in the interpreter that waited (its command line says so); the
-    # others started cold; every one sees the arguments of `python main.py`.
-    assert texts["worker-0"] == ["0 ['main.py'] ['main.py']", "-c"]
-    assert texts["worker-1"] == ["1 ['main.py'] ['main.py']", "main.py"]
-    assert texts["worker-2"] == ["2 ['main.py'] ['main.py']", "main.py"]
+        texts.setdefault(line.replica, []).append(line.text)
+    return texts
+
+
+@linux_only
+async def test_the_engine_starts_ahead_as_many_interpreters_as_the_last_job_had_replicas(
+    make_local_engine: EngineFactory,
+) -> None:
+    """One before the first job; then as many as the last job had replicas, up to the limit."""
+    engine = make_local_engine(waiting_interpreters=2)
+    started = lambda rank, how: [f"{rank} ['main.py'] ['main.py']", how]
+    first = await run_arguments(engine, 3)
+    assert first == {
+        "worker-0": started(0, "-c"),
+        "worker-1": started(1, "main.py"),
+        "worker-2": started(2, "main.py"),
+    }
+    await wait_until(lambda: engine._warm is not None and engine._warm._waiting, "one waits")
+    again = await run_arguments(engine, 3)
+    assert again == {
+        "worker-0": started(0, "-c"),
+        "worker-1": started(1, "-c"),
+        "worker-2": started(2, "main.py"),
+    }
 
 
 @linux_only

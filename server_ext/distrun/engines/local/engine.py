@@ -140,14 +140,15 @@ class LocalEngine:
         gpu_discovery: str = "auto",
         mps_pipe_directory: str | None = None,
         warm_supervisor: bool = True,
-        waiting_interpreters: int = 1,
+        waiting_interpreters: int = 4,
     ) -> None:
         """`gpu_discovery`: how to find this machine's GPUs (auto: NVML, then nvidia-smi;
         none: treat it as having none); `mps_pipe_directory`: where the CUDA MPS daemon's pipes
         are (else $CUDA_MPS_PIPE_DIRECTORY or /tmp/nvidia-mps); `warm_supervisor`: keep the
         next job's supervisor started and waiting (warm_supervisor.py), from the first
-        submission or `prepare()` on; `waiting_interpreters`: how many replica interpreters
-        it starts ahead of the job (waiting_interpreters.py; 0: none)."""
+        submission or `prepare()` on; `waiting_interpreters`: at most how many replica
+        interpreters it starts ahead of the job (waiting_interpreters.py): as many as the last
+        job had replicas, one before the first job; 0: none."""
         if gpu_discovery not in gpu_devices.DISCOVERY:
             raise SpecError(
                 f"gpu_discovery {gpu_discovery!r} is not valid; configure one of "
@@ -168,6 +169,8 @@ class LocalEngine:
                 field="waiting_interpreters",
             )
         self.waiting_interpreters = waiting_interpreters
+        # The next job is likely the last one again (a cell run once more): as many replicas.
+        self._interpreters_next = min(1, waiting_interpreters)
         self._jobs_dir = Path(state_dir) / "jobs"
         # (name, inode, mtime) of job directories whose status was final when read.
         self._finalized: set[tuple[str, int, int]] = set()
@@ -239,6 +242,8 @@ class LocalEngine:
                 )
             grants = await asyncio.to_thread(self._gpu_grants, spec, _held_grants(unfinished))
             files = await asyncio.to_thread(self._create_job_dir, spec, owner, grants)
+        replicas = len(spec.replica_names())
+        self._interpreters_next = min(self.waiting_interpreters, replicas)
         await asyncio.to_thread(self._launch, files)
         return await self.get_job(files.dir.name, owner)
 
@@ -460,7 +465,7 @@ class LocalEngine:
 
     def _waiting_supervisor(self, mark: str) -> "subprocess.Popen[bytes]":
         return _supervisor_process(
-            [WAIT_FLAG, str(self.nice), self.python, str(self.waiting_interpreters), mark],
+            [WAIT_FLAG, str(self.nice), self.python, str(self._interpreters_next), mark],
             cwd=self._jobs_dir,
             stdin=subprocess.PIPE,
             output=subprocess.DEVNULL,
