@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from distrun.engines.local.jobdir import JobFiles, interpreter_mark
 from distrun.engines.local.processes import kill_job_processes
 
 
@@ -13,4 +14,4 @@ from distrun.engines.local.processes import kill_job_processes
 def kill_leftover_job_processes(tmp_path: Path) -> Iterator[None]:
     yield
     for job_dir in (tmp_path / "state" / "jobs").glob("*"):
-        kill_job_processes(job_dir.name)
+        kill_job_processes(job_dir.name, interpreter_mark(JobFiles(job_dir)))

@@ -47,6 +47,7 @@ from distrun.engines.local.jobdir import (
     JobFiles,
     JobStatus,
     Runtime,
+    interpreter_mark,
     read_json,
     stored_spec,
     write_json_atomic,
@@ -113,15 +114,6 @@ def _supervisor_process(
     # Reap it when it ends, so it never lingers as a zombie of this server.
     threading.Thread(target=process.wait, name=f"reap-{process.pid}", daemon=True).start()
     return process
-
-
-def _supervisor_mark(files: JobFiles) -> str | None:
-    """The mark of the replica interpreters the job's supervisor started ahead, if it did."""
-    try:
-        mark = read_json(files.supervisor).get("mark")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return mark if isinstance(mark, str) else None
 
 
 GPU_INFO_SECONDS = 30.0  # how long the engine list may show GPUs found before
@@ -528,7 +520,7 @@ class LocalEngine:
         status = _read_status(files, job)
         # Found by their DISTRUN_JOB_ID (or the mark of the interpreters the supervisor started
         # ahead), not by recorded group ids, which may have been reused.
-        kill_job_processes(job["id"], _supervisor_mark(files))
+        kill_job_processes(job["id"], interpreter_mark(files))
         now = time.time()
         if not status.state.terminal:
             status.state, status.reason, status.finished_at = state, reason, now

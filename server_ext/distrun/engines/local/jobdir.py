@@ -91,6 +91,16 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def interpreter_mark(files: JobFiles) -> str | None:
+    """The mark of the replica interpreters the job's supervisor started ahead
+    (waiting_interpreters.py), from supervisor.json; None where it started none."""
+    try:
+        mark = read_json(files.supervisor).get("mark")
+    except (OSError, ValueError, TypeError):
+        return None
+    return mark if isinstance(mark, str) else None
+
+
 def read_json(path: Path) -> dict[str, Any]:
     data = json.loads(path.read_text())
     if not isinstance(data, dict):
