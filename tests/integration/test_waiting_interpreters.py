@@ -7,7 +7,9 @@ still finds what such a replica forked and left behind."""
 
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -41,7 +43,7 @@ print(json.dumps({
     "modules": modules,
     "environ": dict(os.environ),
     "argv": sys.argv,
-    "orig_argv": sys.orig_argv,
+    "orig_argv": getattr(sys, "orig_argv", None),
     "path": sys.path,
     "executable": sys.executable,
     "flags": list(sys.flags),
@@ -51,7 +53,7 @@ print(json.dumps({
     "name": __name__,
     "cwd": os.getcwd(),
     "fds": sorted(os.listdir("/proc/self/fd")),
-    "stdio": [(f.encoding, f.errors, f.line_buffering, f.write_through)
+    "stdio": [(f.encoding, f.errors, f.line_buffering, getattr(f, "write_through", None))
               for f in (sys.stdout, sys.stderr)],
     "stdin": os.path.realpath("/proc/self/fd/0"),
     "group_leader": os.getpgid(0) == os.getpid(),
@@ -85,6 +87,37 @@ ENDINGS = {
 }
 
 
+def other_pythons() -> list[str]:
+    """Every other CPython from 3.6 on that this machine has (on PATH, in /usr/bin, in pyenv's
+    versions): a replica's interpreter may be any of them (the engine's `python`)."""
+    candidates = [shutil.which(f"python3.{minor}") for minor in range(6, 15)]
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates += [str(path) for path in sorted(pyenv.glob("3.*/bin/python3"))]
+    candidates += [str(path) for path in sorted(Path("/usr/bin").glob("python3.*[0-9]"))]
+    found = set()
+    for command in filter(None, candidates):
+        try:
+            answer = subprocess.run(
+                [
+                    command,
+                    "-c",
+                    "import sys; assert sys.version_info >= (3, 6); print(sys.executable)",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            )
+        except (OSError, subprocess.SubprocessError):
+            continue  # a pyenv shim for a version not selected, say
+        if answer.stdout.strip() not in ("", sys.executable):
+            found.add(os.path.realpath(answer.stdout.strip()))
+    return sorted(found)
+
+
+PYTHONS = [sys.executable, *other_pythons()]
+
+
 def base_env(without: tuple[str, ...] = ()) -> dict[str, str]:
     env = {name: value for name, value in os.environ.items() if name not in without}
     return {**env, **DEFAULT_ENV}
@@ -99,14 +132,18 @@ def run(process: Spawned) -> tuple[int, str]:
 
 
 def cold_and_waiting(
-    code: str, tmp_path: Path, start_env: dict[str, str], job_env: dict[str, str]
+    code: str,
+    tmp_path: Path,
+    start_env: dict[str, str],
+    job_env: dict[str, str],
+    python: str = sys.executable,
 ) -> tuple[tuple[int, str], tuple[int, str]]:
     """The program's exit status and output, started cold, then handed to an interpreter
     started ahead with `start_env`; the same file in the same directory."""
     (tmp_path / "main.py").write_text(code)
-    argv = [sys.executable, "main.py"]
+    argv = [python, "main.py"]
     cold = run(spawn_replica(argv, tmp_path, job_env))
-    interpreter = WaitingInterpreter.start(sys.executable, start_env, "the-mark")
+    interpreter = WaitingInterpreter.start(python, start_env, "the-mark")
     assert interpreter.fits(argv, job_env)
     handed = interpreter.hand_over(argv, tmp_path, job_env)
     assert handed is not None, "the waiting interpreter took the program"
@@ -114,32 +151,37 @@ def cold_and_waiting(
 
 
 @linux_only
+@pytest.mark.parametrize("python", PYTHONS)
 @pytest.mark.parametrize("without", [(), ("LANG", "LC_ALL", "LC_CTYPE")], ids=["locale", "C"])
 def test_a_program_handed_over_sees_what_a_cold_start_shows(
-    tmp_path: Path, without: tuple[str, ...]
+    tmp_path: Path, without: tuple[str, ...], python: str
 ) -> None:
-    """Without a locale, Python coerces LC_CTYPE as it starts: the job's environment keeps it."""
+    """Without a locale, Python 3.7+ coerces LC_CTYPE as it starts: the job's environment keeps
+    it."""
     start_env = base_env(without)
     job_env = {**start_env, "DISTRUN_JOB_ID": "job-1", "RANK": "0"}
     (cold_code, cold_out), (warm_code, warm_out) = cold_and_waiting(
-        DUMP, tmp_path, start_env, job_env
+        DUMP, tmp_path, start_env, job_env, python
     )
     assert (warm_code, cold_code) == (0, 0), warm_out + cold_out
     cold, warm = json.loads(cold_out), json.loads(warm_out)
     assert warm == cold
     assert MARK not in warm["environ"]
     assert warm["environ"]["RANK"] == "0"
-    if without:
+    if without and python == sys.executable:
         assert "LC_CTYPE" in cold["environ"], "Python coerced the C locale as it started"
 
 
 @linux_only
+@pytest.mark.parametrize("python", PYTHONS)
 @pytest.mark.parametrize("ending", ENDINGS)
-def test_a_program_handed_over_ends_as_a_cold_start_ends(tmp_path: Path, ending: str) -> None:
+def test_a_program_handed_over_ends_as_a_cold_start_ends(
+    tmp_path: Path, ending: str, python: str
+) -> None:
     env = base_env()
-    cold, warm = cold_and_waiting(ENDINGS[ending], tmp_path, env, env)
+    cold, warm = cold_and_waiting(ENDINGS[ending], tmp_path, env, env, python)
     assert warm == cold
-    if ending == "KeyboardInterrupt":
+    if ending == "KeyboardInterrupt" and python == sys.executable:  # before 3.8: exit code 1
         assert warm[0] == -signal.SIGINT
     if ending == "an exception":
         assert warm[1].count("File ") == 2, "only the program's own frames"
@@ -170,12 +212,13 @@ def test_an_interpreter_started_ahead_takes_only_what_would_start_the_same(tmp_p
         interpreters.close()
 
 
-# Prints the replica's rank, what it sees as its arguments, and its command line's second word:
-# "-c" in an interpreter started ahead, "main.py" in one started cold.
+# Prints the replica's rank, what it sees as its arguments, and how it started, by its command
+# line: "ahead" in an interpreter started ahead, "cold" in one started with the replica.
 ARGUMENTS = """
     import os, sys
     print(os.environ["RANK"], sys.orig_argv[1:], sys.argv, flush=True)
-    print(open(f"/proc/{os.getpid()}/cmdline", "rb").read().split(b"\\0")[1].decode())
+    command = open(f"/proc/{os.getpid()}/cmdline", "rb").read().split(b"\\0")[1].decode()
+    print("ahead" if command.endswith("waiting_interpreter_main.py") else "cold")
 """
 
 
@@ -199,16 +242,16 @@ async def test_the_engine_starts_ahead_as_many_interpreters_as_the_last_job_had_
     started = lambda rank, how: [f"{rank} ['main.py'] ['main.py']", how]
     first = await run_arguments(engine, 3)
     assert first == {
-        "worker-0": started(0, "-c"),
-        "worker-1": started(1, "main.py"),
-        "worker-2": started(2, "main.py"),
+        "worker-0": started(0, "ahead"),
+        "worker-1": started(1, "cold"),
+        "worker-2": started(2, "cold"),
     }
     await wait_until(lambda: engine._warm is not None and engine._warm._waiting, "one waits")
     again = await run_arguments(engine, 3)
     assert again == {
-        "worker-0": started(0, "-c"),
-        "worker-1": started(1, "-c"),
-        "worker-2": started(2, "main.py"),
+        "worker-0": started(0, "ahead"),
+        "worker-1": started(1, "ahead"),
+        "worker-2": started(2, "cold"),
     }
 
 

@@ -2,35 +2,37 @@
 waits for the job on a pipe, then becomes `python main.py` as nearly as Python allows and runs
 the file.
 
-It runs in the replica's Python, not the supervisor's: the standard library only, and only what
-the interpreter holds at start-up already (`os`, `sys`), so the program finds the modules a cold
-start leaves. Started as `python -c BOOTSTRAP <this file> <control fd>`, which runs this file
-in a namespace of its own (its `__name__` is PROGRAM_NAME), leaving `__main__` as `-c` made it;
-the job then arrives on the control fd as NUL-separated fields (the working directory, the
-argument count, the arguments, the environment as NAME=value), ended by the pipe's end. An end
-with no job ends the process at once.
+It runs in the replica's Python, not the supervisor's, which may be any CPython from 3.6 on:
+the standard library only, no syntax or evaluated annotation newer than 3.6, and nothing the
+interpreter does not hold at start-up already (`os`, `sys`), so the program finds the modules a
+cold start leaves. Started as a script (`python <this file> <control fd>`), so the interpreter
+starts exactly as for the job's own script; the job then arrives on the control fd as
+NUL-separated fields (the working directory, the argument count, the arguments, the environment
+as NAME=value), ended by the pipe's end. An end with no job ends the process at once.
 
-What it does to become the program, each as CPython does for `python main.py` (3.10+):
-`sys.argv`, `sys.orig_argv`, `sys.path[0]` (the script's real directory), `__main__`'s
-`__file__`, `__cached__` and `__loader__`, the working directory, and `os.environ` replaced by
-the job's (keeping what the interpreter itself added as it started: C locale coercion). The file
-is compiled as Python compiles a script. An uncaught exception is printed by `sys.excepthook`
-without this file's frames, then raised on so that the exit status is what Python gives
-(1, or death by SIGINT for KeyboardInterrupt), with the hook silenced for that second report;
+What it does to become the program, each as CPython does for `python main.py`: a fresh
+`__main__` module with the names this file's own `__main__` started with (its `__file__`,
+`__loader__` and `__cached__` the script's), `sys.argv`, `sys.orig_argv` (3.10+), `sys.path[0]`
+(the script's real directory), the working directory, and `os.environ` replaced by the job's
+(keeping what the interpreter itself added as it started: C locale coercion). The file is
+compiled as Python compiles a script. An uncaught exception is printed by `sys.excepthook`
+without this file's frame, then raised on so that the exit status is what Python gives (1, or
+death by SIGINT for KeyboardInterrupt), with the hook silenced for that second report;
 SystemExit goes straight through.
 """
 
 import os
 import sys
 
-PROGRAM_NAME = "__distrun_waiting_interpreter__"
+# What the interpreter put in `__main__` before this file ran: a script's start.
+_AT_START = {name: value for name, value in globals().items() if name.startswith("__")}
 # Names the processes started from this interpreter, even those forked without exec (whose
 # /proc/PID/environ is the environment the interpreter started with, not the job's): the
 # engine finds a job's leftovers by it (processes.kill_job_processes).
 MARK = "DISTRUN_WAITING_INTERPRETER"
 
 
-def _environ_at_exec() -> dict[str, str]:
+def _environ_at_exec() -> "dict[str, str]":
     """The environment this process was started with, as the kernel keeps it."""
     try:
         with open("/proc/self/environ", "rb") as environ:
@@ -41,35 +43,43 @@ def _environ_at_exec() -> dict[str, str]:
     return {os.fsdecode(name): os.fsdecode(value) for name, _, value in pairs}
 
 
-def _read_job(fd: int) -> list[str] | None:
+def _read_job(fd: int) -> "list[str] | None":
     data = b""
-    while chunk := os.read(fd, 65536):
+    chunk = os.read(fd, 65536)
+    while chunk:
         data += chunk
+        chunk = os.read(fd, 65536)
     os.close(fd)
     return [os.fsdecode(field) for field in data.split(b"\0")[:-1]] if data else None
 
 
-def _become(fields: list[str], added_at_start_up: dict[str, str]) -> tuple[str, dict[str, str]]:
+def _become(fields: "list[str]", added_at_start_up: "dict[str, str]") -> "tuple[str, dict[str, object]]":
     """Becomes the job's program, as far as it can before running it; returns the script's
-    path and `__main__`'s namespace."""
+    path (as its tracebacks name it) and its `__main__`'s namespace."""
     cwd, count = fields[0], int(fields[1])
     argv, entries = fields[2 : 2 + count], fields[2 + count :]
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(entry.partition("=")[::2] for entry in entries)
     os.environ.update(added_at_start_up)
-    script = os.path.abspath(argv[1])
+    # Python 3.9 made a script's __file__ absolute; it was the path as given before.
+    script = os.path.abspath(argv[1]) if sys.version_info >= (3, 9) else argv[1]
     sys.argv = argv[1:]
-    sys.orig_argv = argv
-    sys.path[0] = os.path.dirname(os.path.realpath(script))
-    namespace = sys.modules["__main__"].__dict__
-    loader = sys.modules["_frozen_importlib_external"].SourceFileLoader
-    namespace.update(__file__=script, __cached__=None, __loader__=loader("__main__", script))
-    return script, namespace
+    if hasattr(sys, "orig_argv"):
+        sys.orig_argv = argv
+    if not getattr(sys.flags, "safe_path", False):  # PYTHONSAFEPATH: no script directory
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
+    main = type(sys)("__main__")
+    loader = type(_AT_START["__loader__"])("__main__", script)
+    vars(main).update(_AT_START, __doc__=None, __file__=script, __loader__=loader)
+    if "__annotations__" in _AT_START:
+        main.__annotations__ = {}  # not this file's
+    sys.modules["__main__"] = main
+    return script, vars(main)
 
 
 def _report(error: BaseException) -> None:
-    """Prints an uncaught exception as Python would for the script, without this file's frames,
+    """Prints an uncaught exception as Python would for the script, without this file's frame,
     and silences the hook for the report Python makes once the exception leaves this file."""
     trace = error.__traceback__
     while trace is not None and trace.tb_frame.f_globals is globals():
@@ -79,10 +89,10 @@ def _report(error: BaseException) -> None:
     sys.excepthook = lambda *_: None
 
 
-if __name__ == PROGRAM_NAME:
+if __name__ == "__main__":
     _at_exec = _environ_at_exec()
     _added = {name: value for name, value in os.environ.items() if _at_exec.get(name) != value}
-    _job = _read_job(int(sys.argv[2]))
+    _job = _read_job(int(sys.argv[1]))
     if _job is None:
         os._exit(0)  # no job came: the supervisor ended it
     _script, _main = _become(_job, _added)

@@ -27,17 +27,10 @@ from pathlib import Path
 
 from distrun.engines.local import capabilities
 from distrun.engines.local.processes import Spawned, check_executable, death_signal_launcher
-from distrun.engines.local.waiting_interpreter_main import MARK, PROGRAM_NAME
+from distrun.engines.local.waiting_interpreter_main import MARK
 
+# Run as a script, in the replica's Python: the interpreter starts as for the job's script.
 _PROGRAM = Path(__file__).with_name("waiting_interpreter_main.py")
-# Runs the program in a namespace of its own, leaving `__main__` to the job's file (the file is
-# read in a namespace of its own, too: even a warning leaves a trace in its frame's globals).
-_LOAD = f"""import sys
-with open(sys.argv[1], "rb") as program:
-    source = program.read()
-exec(compile(source, sys.argv[1], "exec"), {{"__name__": {PROGRAM_NAME!r}}})
-"""
-_BOOTSTRAP = f"exec({_LOAD!r}, {{}})"
 # Read as an interpreter starts (Python's own, the locale, the dynamic loader and allocator,
 # the user site's HOME, the PATH it finds itself by): a job that sets any of them otherwise
 # starts cold.
@@ -95,7 +88,7 @@ class WaitingInterpreter:
         job_end, control = os.pipe()
         try:
             process = subprocess.Popen(
-                [*launcher, python, "-c", _BOOTSTRAP, str(_PROGRAM), str(job_end)],
+                [*launcher, python, str(_PROGRAM), str(job_end)],
                 env={**env, MARK: mark},
                 stdin=subprocess.DEVNULL,
                 stdout=write_end,
