@@ -53,7 +53,9 @@ def _read_job(fd: int) -> "list[str] | None":
     return [os.fsdecode(field) for field in data.split(b"\0")[:-1]] if data else None
 
 
-def _become(fields: "list[str]", added_at_start_up: "dict[str, str]") -> "tuple[str, dict[str, object]]":
+def _become(
+    fields: "list[str]", added_at_start_up: "dict[str, str]"
+) -> "tuple[str, dict[str, object]]":
     """Becomes the job's program, as far as it can before running it; returns the script's
     path (as its tracebacks name it) and its `__main__`'s namespace."""
     cwd, count = fields[0], int(fields[1])
