@@ -333,6 +333,18 @@ async def test_a_job_whose_supervisor_died_loses_what_its_waiting_interpreter_fo
     await wait_until(lambda: gone(escaped), "the escaped process ends")
 
 
+async def test_the_engine_says_how_many_interpreters_may_wait(
+    make_local_engine: EngineFactory,
+) -> None:
+    expected = 3 if waiting_interpreters.supported() else 0
+    assert (await make_local_engine(waiting_interpreters=3).info()).options[
+        "waiting_interpreters"
+    ] == expected
+    assert (await make_local_engine(warm_supervisor=False).info()).options[
+        "waiting_interpreters"
+    ] == 0
+
+
 @pytest.mark.skipif(waiting_interpreters.supported(), reason="replicas start ahead here")
 async def test_where_none_can_wait_every_replica_starts_cold(local_engine: LocalEngine) -> None:
     assert (

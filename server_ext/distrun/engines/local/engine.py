@@ -67,6 +67,7 @@ from distrun.engines.local.processes import (
     process_start_time,
     start_clock,
 )
+from distrun.engines.local.waiting_interpreters import supported as interpreters_supported
 from distrun.engines.local.warm_supervisor import WAIT_FLAG, WarmSupervisor
 from distrun.engines.protocol import EngineInfo
 
@@ -186,6 +187,10 @@ class LocalEngine:
             options={
                 "python": self.python,
                 "nice": self.nice,
+                # At most how many replica interpreters wait for the next job (0: none here).
+                "waiting_interpreters": self.waiting_interpreters
+                if self._warm is not None and interpreters_supported()
+                else 0,
                 "process_paths": capabilities.current().paths() if unsupported is None else {},
                 "gpus": await asyncio.to_thread(self._gpu_info),
             },
