@@ -134,8 +134,11 @@ class Spawned:
     pipe: int  # the read end, blocking until the event loop takes it over
 
 
-def spawn_replica(argv: list[str], cwd: Path, env: dict[str, str]) -> Spawned:
-    """Starts one replica in its own process group; raises OSError if it cannot start."""
+def spawn_replica(
+    argv: list[str], cwd: Path, env: dict[str, str], pass_fds: tuple[int, ...] = ()
+) -> Spawned:
+    """Starts one replica in its own process group (`pass_fds` open in it besides its stdio);
+    raises OSError if it cannot start."""
     read_end, write_end = os.pipe()
     common: dict[str, Any] = {
         "cwd": cwd,
@@ -143,11 +146,12 @@ def spawn_replica(argv: list[str], cwd: Path, env: dict[str, str]) -> Spawned:
         "stdin": subprocess.DEVNULL,
         "stdout": write_end,
         "stderr": write_end,
+        "pass_fds": pass_fds,
     }
     launcher = death_signal_launcher()
     try:
         if launcher is not None:
-            check_executable(argv[0])  # else setpriv would be what fails, in the replica's log
+            _check_executable(argv[0])  # else setpriv would be what fails, in the replica's log
             process = subprocess.Popen([*launcher, *argv], process_group=0, **common)
         else:
             # The supervisor runs no threads, so a preexec_fn is safe here.
@@ -182,7 +186,7 @@ def death_signal_launcher() -> list[str] | None:
     return [path, "--pdeathsig", "KILL", "--"] if b"--pdeathsig" in usage.stdout else None
 
 
-def check_executable(program: str) -> None:
+def _check_executable(program: str) -> None:
     if os.path.isabs(program) and not os.access(program, os.X_OK):
         error = errno.ENOENT if not os.path.exists(program) else errno.EACCES
         raise OSError(error, os.strerror(error), program)

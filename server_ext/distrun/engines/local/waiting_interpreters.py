@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from distrun.engines.local import capabilities
-from distrun.engines.local.processes import Spawned, check_executable, death_signal_launcher
+from distrun.engines.local.processes import Spawned, death_signal_launcher, spawn_replica
 from distrun.engines.local.waiting_interpreter_main import MARK
 
 # Run as a script, in the replica's Python: the interpreter starts as for the job's script.
@@ -76,34 +76,26 @@ class WaitingInterpreter:
 
     @classmethod
     def start(cls, python: str, env: Mapping[str, str], mark: str) -> "WaitingInterpreter":
-        """Starts one, as a replica starts (its own process group, dying with this process);
-        raises OSError where it cannot."""
-        launcher = death_signal_launcher()
-        if launcher is None or not supported():
+        """Starts one as a replica starts (spawn_replica: its own process group, dying with
+        this process); raises OSError where it cannot."""
+        if not supported():
             raise OSError(
                 "no interpreter is started ahead here: see waiting_interpreters.supported"
             )
-        check_executable(python)  # else setpriv would start, then fail to run it
-        read_end, write_end = os.pipe()
         job_end, control = os.pipe()
         try:
-            process = subprocess.Popen(
-                [*launcher, python, str(_PROGRAM), str(job_end)],
-                env={**env, MARK: mark},
-                stdin=subprocess.DEVNULL,
-                stdout=write_end,
-                stderr=write_end,
+            spawned = spawn_replica(
+                [python, str(_PROGRAM), str(job_end)],
+                Path.cwd(),  # it moves to the job's directory when it gets the job
+                {**env, MARK: mark},
                 pass_fds=(job_end,),
-                process_group=0,
             )
         except OSError:
-            os.close(read_end)
             os.close(control)
             raise
         finally:
-            os.close(write_end)
             os.close(job_end)
-        return cls(python, start_up_values(env), process, read_end, control)
+        return cls(python, start_up_values(env), spawned.process, spawned.pipe, control)
 
     def fits(self, argv: list[str], env: Mapping[str, str]) -> bool:
         """Whether it starts `argv` with `env` as a cold start would."""
