@@ -41,6 +41,8 @@ class FakeEngine:
         self.active_followers = 0
         self.lines_followed: list[int] = []  # per follower ever started: lines yielded so far
         self.fail_with: DistrunError | None = None  # raised by the next call, then cleared
+        # Set: a follower that ends waits for it before it has let go (a slow cleanup).
+        self.followers_let_go: asyncio.Event | None = None
         self._entries: dict[str, _Entry] = {}
         self._order = itertools.count()
         self._changed = asyncio.Event()
@@ -190,6 +192,8 @@ class FakeEngine:
                     return
                 await changed.wait()
         finally:
+            if self.followers_let_go is not None:
+                await self.followers_let_go.wait()
             self.active_followers -= 1
 
     async def close(self) -> None:

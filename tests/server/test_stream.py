@@ -376,3 +376,37 @@ async def test_streams_beyond_the_per_user_limit_close_4429_and_others_are_not_c
     assert (await receive(again) or {})["type"] == "status"
     for ws in [held[1], bobs, again]:
         ws.close()
+
+
+async def test_a_viewer_that_left_gives_its_place_back_before_its_follower_has_let_go(
+    api, jp_ws_fetch, distrun_app, fake_engine: FakeEngine
+):
+    """The Kubernetes soak of 2026-11-26: 150 viewers left, 150 came, and 129 of them were
+    refused, because a stream counted until its follower had let go of its feed (watches,
+    anchors: API calls on a loaded server), not until its client had gone."""
+    distrun_app.max_streams_per_user = 2
+    fake_engine.followers_let_go = asyncio.Event()
+    job_id = await submit(api)
+    first = []
+    for _ in range(2):
+        ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+        assert (await receive(ws) or {})["type"] == "status"
+        first.append(ws)
+    handlers = list(distrun_app.streams.values())
+    for ws in first:
+        ws.close()
+    await eventually(lambda: all(handler.ws_connection is None for handler in handlers))
+    assert fake_engine.active_followers == 2, "still letting go"
+    second = []
+    for _ in range(2):
+        ws = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+        message = await receive(ws) or {}
+        assert message["type"] == "status", message
+        second.append(ws)
+    third = await jp_ws_fetch("distrun", "jobs", job_id, "logs", "stream")
+    [error] = await receive_all(third)
+    assert "you have 2 log streams open" in error["message"], "the open ones still count"
+    fake_engine.followers_let_go.set()
+    for ws in second:
+        ws.close()
+    await eventually(lambda: fake_engine.active_followers == 0 and not distrun_app.streams)

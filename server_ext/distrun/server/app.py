@@ -182,8 +182,12 @@ class DistrunApp(ExtensionApp):
         task.add_done_callback(self._forget_stream)
 
     def streams_of(self, owner: str) -> int:
-        """How many log websockets `owner` holds open."""
-        return sum(getattr(handler, "owner", None) == owner for handler in self.streams.values())
+        """How many log websockets `owner` holds open (closed ones whose follower is still
+        letting go count no more: a viewer that left has given its place back)."""
+        return sum(
+            getattr(handler, "owner", None) == owner and not getattr(handler, "client_gone", False)
+            for handler in self.streams.values()
+        )
 
     def _forget_stream(self, task: "asyncio.Task[None]") -> None:
         self.streams.pop(task, None)

@@ -128,6 +128,9 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
 
     auth_resource = "distrun"
     _task: "asyncio.Task[None] | None" = None
+    # The client has gone: this stream no longer counts against its user's limit, though its
+    # follower may still be letting go of what it held (a feed, its watches, its anchors).
+    client_gone = False
 
     @property
     def app(self) -> "DistrunApp":
@@ -157,6 +160,7 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
         """The client sends nothing this server needs."""
 
     def on_close(self) -> None:
+        self.client_gone = True
         if self._task is not None:
             self._task.cancel()
             self._task = None
