@@ -20,9 +20,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +29,12 @@ from distrun.core import jobids
 from distrun.core.entrypoint import code_file
 from distrun.core.errors import EngineError, LimitExceeded, NotFound, SpecError
 from distrun.core.job import Job, JobState
-from distrun.core.logs import (
-    Cursor,
-    JobUpdate,
-    LineRun,
-    LogBatch,
-    LogEvent,
-    LogLine,
-    PartialUpdate,
-)
+from distrun.core.logs import Cursor, JobUpdate, LogEvent, LogLine
 from distrun.core.spec import JobSpec, Limits, check_relative_path
 from distrun.engines.cursors import selected_replicas, start_seqs
 from distrun.engines.local import capabilities, gpu_devices, inotify
 from distrun.engines.local.inherited_env import inherited_env
+from distrun.engines.local.job_watcher import JobWatcher, wake_gap
 from distrun.engines.local.jobdir import (
     JobFiles,
     JobStatus,
@@ -52,21 +44,10 @@ from distrun.engines.local.jobdir import (
     stored_spec,
     write_json_atomic,
 )
-from distrun.engines.local.logstore import (
-    DEFAULT_MAX_READ_BYTES,
-    LogReader,
-    LogTail,
-    TailPosition,
-    log_path,
-    partial_path,
-    read_partial,
-)
+from distrun.engines.local.log_followers import LIVE_EDGE_LINES, Follower, close_after
+from distrun.engines.local.logstore import LogReader, partial_path, read_partial
 from distrun.engines.local.private_files import make_private_dir, write_private
-from distrun.engines.local.processes import (
-    kill_job_processes,
-    process_start_time,
-    start_clock,
-)
+from distrun.engines.local.processes import kill_job_processes, process_start_time, start_clock
 from distrun.engines.local.waiting_interpreters import supported as interpreters_supported
 from distrun.engines.local.warm_supervisor import WAIT_FLAG, WarmSupervisor
 from distrun.engines.protocol import EngineInfo
@@ -74,23 +55,6 @@ from distrun.engines.protocol import EngineInfo
 LOST_REASON = "lost: the supervisor process died (was the machine restarted?)"
 # How long a job directory may exist without a recorded supervisor (a submit in progress).
 _LAUNCH_WINDOW_SECONDS = 30.0
-_FAST_POLL = 0.005
-_SLOW_POLL = 0.05
-_LOST_CHECK_SECONDS = 1.0
-# Wakes of followed jobs per second, all jobs together: with many jobs each is woken less often
-# and its followers read bigger batches, within the latency bound.
-_WAKES_PER_SECOND = 500
-_MAX_WAKE_GAP = 0.1
-# A follower that read at most this many lines waits for the next wake before it reads again
-# (more coming at once are a backlog: it reads on at once).
-_LIVE_EDGE_LINES = 1024
-# A shared read whose newest line is at most this old was of lines just written (the page
-# cache): the next one is done on the event loop, of at most this many bytes (about 1 ms of
-# parsing), cheaper than the hand-off to a thread and back; older lines may be on disk.
-_LIVE_EDGE_SECONDS = 1.0
-_INLINE_READ_BYTES = 256 * 1024
-# Shared batches a job's watcher keeps for followers a little behind the head (bounded memory).
-_SHARED_BATCHES = 4
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 # Runs the supervisor with this copy of distrun importable, whether or not it is installed.
 _LAUNCHER = (
@@ -169,7 +133,7 @@ class LocalEngine:
         self._finalized: set[tuple[str, int, int]] = set()
         self._warm = WarmSupervisor(self._waiting_supervisor) if warm_supervisor else None
         self._submit_lock = asyncio.Lock()
-        self._watchers: dict[str, _JobWatcher] = {}
+        self._watchers: dict[str, JobWatcher] = {}
         # One descriptor for the engine's life (None: poll instead), read once a job is followed.
         self._inotify_instance = (
             inotify.Inotify.create() if capabilities.current().inotify else None
@@ -304,7 +268,7 @@ class LocalEngine:
         readers = [LogReader(log_dir, name) for name in names]
         starts = start_seqs(names, since)
         watcher = self._watch(job_id, sent)
-        follower = _Follower(watcher, readers, starts, max_batch)
+        follower = Follower(watcher, readers, starts, max_batch)
         try:
             yield JobUpdate(sent)
             while True:
@@ -318,7 +282,7 @@ class LocalEngine:
                 partial = follower.partial_update()
                 if partial is not None:
                     yield partial
-                if len(batch) > _LIVE_EDGE_LINES:
+                if len(batch) > LIVE_EDGE_LINES:
                     continue  # catching up: read on at once
                 # At the live edge the next read waits for the next wake (at most one per
                 # wake gap), so lines that keep coming arrive in fewer, bigger batches.
@@ -327,7 +291,7 @@ class LocalEngine:
                 await watcher.wait_for_change(version)
         finally:
             self._unwatch(job_id)
-            _close_after(follower.reading, readers)
+            close_after(follower.reading, readers)
 
     async def prepare(self) -> None:
         """Starts the next job's supervisor now, so that even the first job starts warm."""
@@ -590,19 +554,19 @@ class LocalEngine:
         merged = heapq.merge(*per_replica, key=lambda line: line.time)
         return list(itertools.islice(merged, limit))
 
-    def _watch(self, job_id: str, job: Job) -> "_JobWatcher":
+    def _watch(self, job_id: str, job: Job) -> JobWatcher:
         watcher = self._watchers.get(job_id)
         if watcher is None:
             # The watcher serves every follower of the job, so its tasks and callbacks must not
             # carry the first follower's context: jupyter_server's CallContext in it holds that
             # follower's request handler, which would live as long as the watcher.
-            watcher = contextvars.Context().run(_JobWatcher, self, job_id, job)
+            watcher = contextvars.Context().run(JobWatcher, self, job_id, job)
             self._watchers[job_id] = watcher
         watcher.followers += 1
         return watcher
 
     def _wake_gap(self) -> float:
-        return min(_MAX_WAKE_GAP, len(self._watchers) / _WAKES_PER_SECOND)
+        return wake_gap(len(self._watchers))
 
     def _inotify(self) -> inotify.Inotify | None:
         """The engine's inotify instance, read on the running loop (None: poll instead)."""
@@ -649,243 +613,6 @@ class LocalEngine:
             del self._watchers[job_id]
 
 
-class _JobWatcher:
-    """Watches one followed job for all its followers and wakes them on any change: through
-    inotify (a one-shot watch on its log directory, re-armed at each wake, and a watch on its
-    directory for status.json) where the engine has it, else by polling the files' sizes. Its
-    followers read at their own pace, sharing the reads of those at the head, so a slow one
-    holds nothing up. Wakes of one job are at least `LocalEngine._wake_gap()` apart: many
-    lines written close together reach followers in one batch."""
-
-    def __init__(self, engine: LocalEngine, job_id: str, job: Job) -> None:
-        self.job = job
-        self.settled = False  # finalized: status and logs will not change any more
-        self.version = 0
-        self.followers = 0
-        self.stopped = False  # the engine closed: its followers must not wait any more
-        self._engine = engine
-        self._job_id = job_id
-        self._files = engine._files(job_id)
-        # Stat'ed many times a second per followed job: plain strings, no directory listing.
-        self._status_path = str(self._files.status)
-        self._log_paths = [str(log_path(self._files.logs, r.name)) for r in job.replicas]
-        self._partial_paths = [str(partial_path(self._files.logs, r.name)) for r in job.replicas]
-        # Each replica's unfinished line, read once per change for all followers.
-        self.partials: list[LogLine | None] = [None] * len(job.replicas)
-        self.partial_versions = [0] * len(job.replicas)
-        self._partial_marks: list[object] = [None] * len(job.replicas)
-        self._changed = asyncio.Event()
-        # Shared reading: followers of every replica at the same cursor take the same batch.
-        self.names = [replica.name for replica in job.replicas]
-        self.head: tuple[int, ...] | None = None  # the cursor after the newest shared batch
-        self.max_batch = 0
-        self.recent: deque[_SharedBatch] = deque(maxlen=_SHARED_BATCHES)
-        self._readers = [LogReader(self._files.logs, name) for name in self.names]
-        self._tails: list[LogTail] = []
-        self._reading: asyncio.Task[_SharedBatch] | None = None
-        self._live = False  # the last lines read were just written: the next read is inline
-        # Change notification.
-        self._loop = asyncio.get_running_loop()
-        self._status_changed = asyncio.Event()
-        self._wake_handle: asyncio.TimerHandle | None = None
-        self._last_wake = 0.0
-        self._dir_wd: int | None = None
-        self._logs_wd: int | None = None
-        self._inotify = engine._inotify()
-        if self._inotify is not None and self._watch_dir():
-            self._arm_logs()
-            self._task = self._loop.create_task(self._watch_status())
-        else:
-            self._task = self._loop.create_task(self._poll())
-
-    async def wait_for_change(self, version: int) -> None:
-        while self.version == version and not self.settled:
-            if self.stopped:
-                # Ending quietly would tell the reader it has every line; it has not.
-                raise EngineError(
-                    f"the server stopped following job {self._job_id}; reconnect to resume"
-                )
-            await self._changed.wait()
-
-    def stop(self) -> None:
-        self.stopped = True
-        self._task.cancel()
-        if self._wake_handle is not None:
-            self._wake_handle.cancel()
-        for wd in (self._dir_wd, self._logs_wd):
-            if wd is not None:
-                self._engine._unwatch_inotify(wd)
-        self._dir_wd = self._logs_wd = None
-        self._notify()  # wake the followers: nothing will wake them any more
-        _close_after(self._reading, self._readers)
-
-    # --- inotify ---
-
-    def _watch_dir(self) -> bool:
-        """Watches the job directory (status.json replaced, logs/ created, the job deleted)."""
-        mask = inotify.IN_MOVED_TO | inotify.IN_CREATE | inotify.IN_DELETE_SELF
-        self._dir_wd = self._engine._watch_inotify(str(self._files.dir), mask, self._on_dir_event)
-        return self._dir_wd is not None
-
-    def _arm_logs(self) -> None:
-        """(Re-)arms the one-shot watch on logs/; a missing logs/ is watched once it appears."""
-        if self.stopped:
-            return
-        # MOVED_TO and DELETE: an unfinished line replaced or gone.
-        mask = (
-            inotify.IN_MODIFY
-            | inotify.IN_CREATE
-            | inotify.IN_MOVED_TO
-            | inotify.IN_DELETE
-            | inotify.IN_ONESHOT
-        )
-        self._logs_wd = self._engine._watch_inotify(
-            str(self._files.logs), mask, self._on_logs_event
-        )
-
-    def _on_logs_event(self, wd: int, mask: int) -> None:
-        if wd == self._logs_wd:
-            self._logs_wd = None  # the one-shot fired: re-armed at the wake
-        if mask & ~inotify.IN_IGNORED:
-            self._schedule_wake()
-
-    def _on_dir_event(self, wd: int, mask: int) -> None:
-        if self._logs_wd is None and self._wake_handle is None:
-            self._schedule_wake()  # logs/ may have just appeared
-        self._status_changed.set()
-
-    def _schedule_wake(self) -> None:
-        if self._wake_handle is not None or self.stopped:
-            return
-        delay = self._last_wake + self._engine._wake_gap() - self._loop.time()
-        self._wake_handle = self._loop.call_at(self._loop.time() + max(0.0, delay), self._wake)
-
-    def _wake(self) -> None:
-        self._wake_handle = None
-        self._last_wake = self._loop.time()
-        self._arm_logs()  # before the followers read: a later write fires it again
-        self._refresh_partials()
-        self._notify()
-
-    def _refresh_partials(self) -> None:
-        """Rereads the unfinished lines whose file changed (a few small reads of the page
-        cache); none once the job is settled."""
-        for index, path in enumerate(self._partial_paths):
-            mark = None if self.settled else _fingerprint(path)
-            if mark == self._partial_marks[index]:
-                continue
-            self._partial_marks[index] = mark
-            line = None if mark is None else read_partial(path, self.names[index])
-            if line != self.partials[index]:
-                self.partials[index] = line
-                self.partial_versions[index] += 1
-
-    async def _watch_status(self) -> None:
-        """Refreshes the status on each change of the job directory, and every
-        `_LOST_CHECK_SECONDS` anyway, to notice a supervisor that died."""
-        try:
-            while not self.settled:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._status_changed.wait(), _LOST_CHECK_SECONDS)
-                self._status_changed.clear()
-                await self._refresh_status()
-        except NotFound:  # deleted while followed: nothing more will come
-            self.settled = True
-        self._notify()
-
-    def shares_with(self, names: list[str], max_batch: int) -> bool:
-        return not self.stopped and names == self.names and self.max_batch in (0, max_batch)
-
-    def shared_from(self, cursor: tuple[int, ...]) -> "_SharedBatch | None":
-        for shared in reversed(self.recent):
-            if shared.starts == cursor:
-                return shared
-        return None
-
-    async def read_shared(
-        self, positions: tuple[TailPosition, ...], max_batch: int
-    ) -> "_SharedBatch":
-        """The batch after the head, read once for every follower there. The first follower
-        sets the head where it stands; callers must be at the head."""
-        if self.head is None:
-            self._tails = [r.tail_at(p) for r, p in zip(self._readers, positions, strict=True)]
-            self.head = tuple(position.next_seq for position in positions)
-            self.max_batch = max_batch
-        if self._reading is None:
-            # Shared by all the followers at the head: none's context (see LocalEngine._watch).
-            self._reading = asyncio.get_running_loop().create_task(
-                self._read_shared(), context=contextvars.Context()
-            )
-        return await asyncio.shield(self._reading)  # cancelled here, the read runs on
-
-    async def _read_shared(self) -> "_SharedBatch":
-        assert self.head is not None
-        try:
-            settled = self.settled  # read before the logs: then empty means the end
-            if self._live:
-                runs = _read_batch(self._tails, self.max_batch, max_bytes=_INLINE_READ_BYTES)
-            else:
-                runs = await asyncio.to_thread(_read_batch, self._tails, self.max_batch)
-            batch = LogBatch(runs=runs)
-            if runs:
-                newest = max(run.times_ms[-1] for run in runs) / 1000
-                self._live = time.time() - newest <= _LIVE_EDGE_SECONDS
-            ends = tuple(tail.position for tail in self._tails)
-            shared = _SharedBatch(self.head, batch, ends, settled)
-            self.head = shared.end_seqs
-            if len(batch):
-                self.recent.append(shared)
-            return shared
-        finally:
-            self._reading = None
-
-    # --- polling, where inotify is not available ---
-
-    async def _poll(self) -> None:
-        interval = _FAST_POLL
-        last_logs: tuple[object, ...] = ()
-        last_status: object = None
-        last_status_check = time.monotonic()
-        try:
-            while not self.settled:
-                status, logs = self._stat()
-                now = time.monotonic()
-                if status != last_status or now - last_status_check > _LOST_CHECK_SECONDS:
-                    last_status, last_status_check = status, now
-                    await self._refresh_status()
-                if logs != last_logs:
-                    last_logs = logs
-                    self._refresh_partials()
-                    self._notify()
-                    interval = _FAST_POLL
-                else:
-                    interval = min(interval * 2, _SLOW_POLL)
-                await asyncio.sleep(interval)
-        except NotFound:  # deleted while followed: nothing more will come
-            self.settled = True
-        self._notify()
-
-    async def _refresh_status(self) -> None:
-        job, status = await asyncio.to_thread(self._engine._snapshot, self._job_id, self.job.owner)
-        if job != self.job or status.finalized:
-            self.job = job
-            self.settled = status.finalized
-            if self.settled:
-                self._refresh_partials()
-            self._notify()
-
-    def _stat(self) -> tuple[object, tuple[object, ...]]:
-        """Cheap fingerprints of status.json, of every log and of every unfinished line; `stat`
-        does not block for long."""
-        logs = (*self._log_paths, *self._partial_paths)
-        return _fingerprint(self._status_path), tuple(map(_fingerprint, logs))
-
-    def _notify(self) -> None:
-        self.version += 1
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-
 def unsupported_platform_reason() -> str | None:
     """Why this machine cannot run the local engine, or None. Its supervisor owns replicas
     through Linux's pidfds, /proc and PR_SET_PDEATHSIG where they work, and otherwise through
@@ -905,134 +632,6 @@ def unsupported_platform_reason() -> str | None:
 def _started_at(supervisor: dict[str, Any]) -> int | None:
     """The supervisor's start time now, by the clock it was recorded with."""
     return process_start_time(supervisor["pid"], supervisor.get("clock", "proc"))
-
-
-def _fingerprint(path: str) -> object:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-@dataclass(frozen=True)
-class _SharedBatch:
-    starts: tuple[int, ...]  # each replica's next seq before the batch (the watcher's order)
-    batch: LogBatch
-    ends: tuple[TailPosition, ...]  # each replica's position after it
-    settled: bool  # the job was settled before the read: an empty batch means the end
-
-    @property
-    def end_seqs(self) -> tuple[int, ...]:
-        return tuple(position.next_seq for position in self.ends)
-
-
-class _Follower:
-    """One reader of a job's logs. At the watcher's head it takes the batch the watcher reads
-    once for all followers there (so they share reading, parsing and, in the websocket, the
-    encoding of the very same batch object); behind the head it catches up with reads of its
-    own that stop at the head; anywhere else (a subset of replicas, a cursor ahead of the
-    head) it reads on its own."""
-
-    def __init__(
-        self,
-        watcher: "_JobWatcher",
-        readers: list[LogReader],
-        starts: dict[str, int],
-        max_batch: int,
-    ) -> None:
-        self.watcher = watcher
-        self.readers = readers
-        self.positions = tuple(reader.tail(starts[reader.replica]).position for reader in readers)
-        self.cursor = tuple(position.next_seq for position in self.positions)
-        self.max_batch = max_batch
-        self.reading: asyncio.Task[list[LineRun]] | None = None
-        self._shares = watcher.shares_with([r.replica for r in readers], max_batch)
-        # Per reader: its index in the watcher, the watcher's partial version last looked at,
-        # and the seq of the unfinished line last sent (-1: none that is still shown).
-        self._watch_index = [watcher.names.index(r.replica) for r in readers]
-        self._partial_seen = [-1] * len(readers)
-        self._partial_sent = [-1] * len(readers)
-
-    def partial_update(self) -> "PartialUpdate | None":
-        """The unfinished lines that changed since the last call, for lines this reader has not
-        read finished yet; an empty text takes back one it was sent and still shows."""
-        changed: list[LogLine] = []
-        for k, index in enumerate(self._watch_index):
-            version = self.watcher.partial_versions[index]
-            if version == self._partial_seen[k]:
-                continue
-            self._partial_seen[k] = version
-            line = self.watcher.partials[index]
-            if line is not None and line.seq >= self.cursor[k]:
-                changed.append(line)
-                self._partial_sent[k] = line.seq
-            elif self._partial_sent[k] >= self.cursor[k]:
-                replica = self.readers[k].replica
-                changed.append(LogLine(replica, self._partial_sent[k], time.time(), ""))
-                self._partial_sent[k] = -1
-        return PartialUpdate(changed) if changed else None
-
-    async def next_batch(self) -> tuple[LogBatch, bool]:
-        """New lines (maybe none), and whether the job was settled before they were read."""
-        watcher = self.watcher
-        if self._shares and watcher.shares_with(watcher.names, self.max_batch):
-            shared = watcher.shared_from(self.cursor)
-            if shared is None and watcher.head in (None, self.cursor):
-                shared = await watcher.read_shared(self.positions, self.max_batch)
-            if shared is not None:
-                self.positions, self.cursor = shared.ends, shared.end_seqs
-                return shared.batch, shared.settled
-            head = watcher.head
-            if head is not None and all(map(int.__le__, self.cursor, head)):
-                limits = [end - seq for end, seq in zip(head, self.cursor, strict=True)]
-                return LogBatch(runs=await self._read_own(limits)), False
-        settled = watcher.settled  # read before the logs: then empty means the end
-        return LogBatch(runs=await self._read_own(None)), settled
-
-    async def _read_own(self, limits: list[int] | None) -> list[LineRun]:
-        tails = [r.tail_at(p) for r, p in zip(self.readers, self.positions, strict=True)]
-        self.reading = asyncio.create_task(
-            asyncio.to_thread(_read_batch, tails, self.max_batch, limits)
-        )
-        runs = await asyncio.shield(self.reading)  # cancelled here, the read runs on
-        self.positions = tuple(tail.position for tail in tails)
-        self.cursor = tuple(position.next_seq for position in self.positions)
-        return runs
-
-
-def _close_after(read: "asyncio.Task[Any] | None", readers: list[LogReader]) -> None:
-    """Closes the readers, but only once a read still running in its thread (its follower was
-    cancelled mid-read) is over: closed under it, the read would reopen a log and leak it."""
-
-    def close(_: object = None) -> None:
-        if read is not None and not read.cancelled():
-            read.exception()  # retrieved: a failed read of an abandoned follower is no news
-        for reader in readers:
-            reader.close()
-
-    if read is None or read.done():
-        close()
-    else:
-        read.add_done_callback(close)
-
-
-def _read_batch(
-    tails: list[LogTail],
-    max_batch: int,
-    limits: list[int] | None = None,
-    max_bytes: int = DEFAULT_MAX_READ_BYTES,
-) -> list[LineRun]:
-    """Up to about `max_batch` new lines and `max_bytes` bytes, shared fairly among replicas:
-    a run per replica that had new lines (at most `limits[i]` from `tails[i]` when given)."""
-    quota = max(1, max_batch // len(tails)) if tails else 0
-    byte_quota = max(1, max_bytes // len(tails)) if tails else 0
-    runs: list[LineRun] = []
-    for index, tail in enumerate(tails):
-        wanted = quota if limits is None else min(quota, limits[index])
-        if wanted > 0 and len(run := tail.read_run(wanted, byte_quota)):
-            runs.append(run)
-    return runs
 
 
 def _held_grants(jobs: list[dict[str, Any]]) -> list[gpu_devices.Grant]:
