@@ -10,7 +10,15 @@ import pytest
 from distrun.client.sweep_runner import Trial, trial_spec
 from distrun.core.job import JobState
 from distrun.core.spec import JobSpec
-from distrun.core.sweep import EarlyStop, Objective, Param, SweepSpec, Values, to_dict
+from distrun.core.sweep import (
+    EarlyStop,
+    Objective,
+    Param,
+    SweepSpec,
+    Uniform,
+    Values,
+    to_dict,
+)
 from tests.fake_engine import FakeEngine
 from tests.server.conftest import BOB, CAROL
 from tests.server.test_rest import expect_error
@@ -60,6 +68,38 @@ async def test_a_sweep_reads_from_its_trials_with_the_best_and_the_stopped_one(a
     assert rows[1]["params"] == {"lr": 0.2} and rows[1]["job_id"] == three_trials[1]["id"]
     assert rows[1]["series"]["loss"] == [[1.0, 3.0], [2.0, 1.0], [3.0, 0.5]]
     assert rows[1]["metrics"] == {"loss": 0.5}
+
+
+async def test_a_tpe_sweep_says_which_trials_the_model_proposed_and_where_asha_stopped(
+    api, fake_engine
+):
+    sweep = SweepSpec(
+        params=(Param("lr", Uniform(0.0, 1.0)),),
+        search="tpe",
+        trials=6,
+        objective=Objective("loss", "min"),
+        early_stop=EarlyStop("asha", after=1, reduction=3),
+    )
+    losses = {0.1: [1.0, 0.8, 0.5, 0.4], 0.2: [0.9, 0.6, 0.3], 0.3: [2.0], 0.4: [0.95, 0.9, 0.85]}
+    jobs = []
+    for number, (lr, reported) in enumerate(losses.items()):
+        trial = Trial(number, {"lr": lr}, origin="random" if number < 2 else "tpe")
+        spec = trial_spec(TEMPLATE, sweep, "sweep-tpe", trial)
+        jobs.append(await api("jobs", method="POST", body={"spec": spec.to_dict()}))
+        report(fake_engine, jobs[-1]["id"], reported)
+    fake_engine.finish(jobs[0]["id"])
+    fake_engine.finish(jobs[1]["id"])
+    fake_engine.finish(jobs[2]["id"], JobState.CANCELLED)  # the worst at step 1
+    fake_engine.finish(jobs[3]["id"], JobState.CANCELLED)  # the worst at step 3
+    rows = {row["number"]: row for row in (await api("sweeps", "sweep-tpe"))["trials"]}
+    assert [rows[n]["origin"] for n in range(4)] == ["random", "random", "tpe", "tpe"]
+    assert [rows[n]["state"] for n in range(4)] == ["succeeded", "succeeded", "stopped", "stopped"]
+    assert [(rows[n]["rung"], rows[n]["rung_step"]) for n in range(4)] == [
+        (None, None),
+        (None, None),
+        (0, 1),
+        (1, 3),
+    ]
 
 
 async def test_a_running_sweep_polled_again_reads_only_the_lines_written_since(

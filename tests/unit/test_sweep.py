@@ -366,7 +366,10 @@ HEAD = "%framework=pytorch\n"
             HEAD + "%sweep.lr=0.1\n%parallel=0\n",
             "line 3: parallel 0 is not a number of trials at once from 1 to 1000",
         ),
-        (HEAD + "%sweep.lr=0.1\n%search=bayes\n", "line 3: search 'bayes' is not one of grid"),
+        (
+            HEAD + "%sweep.lr=0.1\n%search=hyperopt\n",
+            "line 3: search 'hyperopt' is not one of grid",
+        ),
         (
             HEAD + "%sweep.lr=0.1\n%objective=loss\n",
             "line 3: objective 'loss' is not metric:goal[:read]; write %objective=loss:min",
@@ -401,7 +404,7 @@ HEAD = "%framework=pytorch\n"
         ),
         (
             HEAD + "%sweep.lr=0.1\n%objective=loss:min\n%earlyStop=mean:3\n",
-            "line 4: early stop 'mean:3' is not median:N",
+            "line 4: early stop 'mean:3' is neither median:N",
         ),
         (
             HEAD + "%sweep.lr=0.1\n%objective=loss:min\n%earlyStop=median:x\n",

@@ -13,7 +13,7 @@ from distrun.client.base import LinesEvent, StatusEvent
 from distrun.client.sweep_runner import SweepRun, progress_line, results_table, sweep_of
 from distrun.core.logs import LogLine
 from distrun.core.spec import JobSpec
-from distrun.core.sweep import EarlyStop, Objective, Param, SweepSpec, Values
+from distrun.core.sweep import EarlyStop, Objective, Param, SweepSpec, Uniform, Values
 
 
 class FakeClient:
@@ -156,3 +156,78 @@ async def test_each_trial_carries_the_sweep_definition_for_whoever_lists_it() ->
     definition = json.loads(client.jobs["job-1"]["spec"]["env"]["DISTRUN_SWEEP_SPEC"])
     assert definition["objective"] == {"metric": "loss", "goal": "min", "read": "last"}
     assert definition["params"] == {"lr": {"values": [0.1, 0.2]}}
+
+
+class CurveClient(FakeClient):
+    """Each job prints `loss=` for steps 1..9: (lr - 0.3)**2 plus a falling term, so that the
+    order of trials at every step is the order of their final losses."""
+
+    async def follow(
+        self, job_id: str, since: Any = None, replicas: list[str] | None = None
+    ) -> AsyncIterator[Any]:
+        job = self.jobs[job_id]
+        lr = json.loads(job["spec"]["env"]["DISTRUN_PARAMS"])["lr"]
+        for step in range(1, 10):
+            await asyncio.sleep(0.005)
+            if job_id in self.cancelled:
+                break
+            loss = (lr - 0.3) ** 2 + 1 / step
+            yield LinesEvent([LogLine("master-0", step, 0.0, f"step {step} loss={loss}")])
+        self.running.discard(job_id)
+        job["state"] = "cancelled" if job_id in self.cancelled else "succeeded"
+        yield StatusEvent(dict(job))
+
+
+def tpe_sweep(trials: int, parallel: int, seed: int = 5) -> SweepSpec:
+    return SweepSpec(
+        params=(Param("lr", Uniform(0.0, 1.0)),),
+        search="tpe",
+        trials=trials,
+        parallel=parallel,
+        objective=Objective("loss", "min"),
+        seed=seed,
+    )
+
+
+async def test_a_tpe_search_proposes_each_trial_and_says_which_the_model_proposed() -> None:
+    client = CurveClient()
+    run = SweepRun(client, TEMPLATE, tpe_sweep(12, parallel=2))  # type: ignore[arg-type]
+    trials = await run.run()
+    assert [t.state for t in trials] == ["succeeded"] * 12
+    origins = [t.origin for t in trials]
+    drawn = origins.count("random")
+    # Random until 3 trials have ended (up to 2 more asked meanwhile), then the model's.
+    assert 3 <= drawn <= 5 and origins == ["random"] * drawn + ["tpe"] * (12 - drawn)
+    in_env = [job["spec"]["env"]["DISTRUN_TRIAL_ORIGIN"] for job in client.jobs.values()]
+    assert in_env == origins
+    assert len({t.params["lr"] for t in trials}) == 12
+    losses = {t.number: run.result(t) or 0.0 for t in trials}
+    by_model = [losses[t.number] for t in trials if t.origin == "tpe"]
+    drawn_losses = [losses[t.number] for t in trials if t.origin == "random"]
+    assert sorted(by_model)[len(by_model) // 2] < sorted(drawn_losses)[len(drawn_losses) // 2]
+    table = results_table(run)
+    assert " BY " in table and "tpe" in table
+
+
+async def test_a_tpe_search_with_a_seed_proposes_the_same_trials_again() -> None:
+    runs = [SweepRun(CurveClient(), TEMPLATE, tpe_sweep(6, parallel=1)) for _ in range(2)]  # type: ignore[arg-type]
+    first, second = [[t.params for t in await run.run()] for run in runs]
+    assert first == second
+    other = SweepRun(CurveClient(), TEMPLATE, tpe_sweep(6, parallel=1, seed=6))  # type: ignore[arg-type]
+    assert [t.params for t in await other.run()] != first
+
+
+async def test_asha_stops_trials_behind_at_a_rung_and_keeps_the_best() -> None:
+    client = CurveClient()
+    rates = (0.3, 0.9, 0.0, 0.8, 0.35, 1.0)
+    stop = EarlyStop("asha", after=1, reduction=3)
+    run = SweepRun(client, TEMPLATE, sweep(rates, stop, parallel=6))  # type: ignore[arg-type]
+    trials = await run.run()
+    states = {t.params["lr"]: (t.state, t.stopped_rung) for t in trials}
+    assert states[0.3] == ("succeeded", None), "the best trial is never stopped"
+    stopped = [t for t in trials if t.state == "stopped"]
+    assert len(stopped) >= 3
+    for trial in stopped:
+        assert trial.stopped_rung in (0, 1)
+        assert trial.history[-1][0] == (1, 3)[trial.stopped_rung or 0], "stopped at its rung"
+    assert "stopped (step 1)" in results_table(run) or "stopped (step 3)" in results_table(run)

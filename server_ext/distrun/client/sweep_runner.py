@@ -1,7 +1,9 @@
 """A sweep run by a client (`distrun sweep FILE`): its trials as ordinary jobs on the chosen
-engine, `parallel` at a time, each started the moment another ends; each trial's objective read
-from its first replica's log as it runs (the metrics core/metrics finds, as the log viewer
-plots them); the median stopping rule applied as trials report; the results at the end.
+engine, `parallel` at a time, each started the moment another ends with the parameters its
+search proposes then (core/search.py: a list, or a model that learns from the trials so far);
+each trial's objective read from its first replica's log as it runs (the metrics core/metrics
+finds, as the log viewer plots them); the stopping rule (median or asha, core/early_stop.py)
+applied as trials report; the results at the end.
 
 A trial is a normal job: its own replicas, logs and status, named `<name>-t<N>`, its parameters
 and which sweep and trial it is in its environment (core/trial_env.py).
@@ -16,17 +18,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distrun.client.base import Client, LinesEvent, StatusEvent
+from distrun.core.early_stop import rung_of, rung_step, stop_rung
 from distrun.core.errors import DistrunError
 from distrun.core.logs import LogLine
 from distrun.core.metric_series import MetricSeries
+from distrun.core.search import Outcome, Search, searcher
 from distrun.core.spec import JobSpec
 from distrun.core.sweep import (
+    MODEL_SEARCHES,
     SweepSpec,
     Value,
-    expand,
-    median_stop,
     objective_value,
     to_dict,
+    trial_count,
 )
 from distrun.core.trial_env import trial_env, trial_of
 
@@ -53,6 +57,9 @@ class Trial:
     ended: float | None = None
     error: str | None = None  # why it could not be submitted
     objective: str | None = None
+    origin: str | None = None  # what proposed its parameters (core/search.py's ORIGINS)
+    judged_rung: int | None = None  # asha: the highest rung it was judged at
+    stopped_rung: int | None = None  # asha: the rung it was stopped at
 
     @property
     def history(self) -> list[tuple[float, float]]:
@@ -77,7 +84,11 @@ class Trial:
 
 
 def trial_spec(template: JobSpec, sweep: SweepSpec, sweep_id: str, trial: Trial) -> JobSpec:
-    env = {**template.env, **trial_env(sweep_id, trial.number, trial.params, to_dict(sweep))}
+    origin = trial.origin if sweep.search in MODEL_SEARCHES else None
+    env = {
+        **template.env,
+        **trial_env(sweep_id, trial.number, trial.params, to_dict(sweep), origin),
+    }
     name = f"{template.name}-t{trial.number}"[:40]
     return dataclasses.replace(template, env=env, name=name)
 
@@ -95,10 +106,9 @@ class SweepRun:
     ) -> None:
         self.client, self.template, self.sweep = client, template, sweep
         self.id = sweep_id or new_sweep_id()
+        self.search: Search = searcher(sweep)
         objective = sweep.objective.metric if sweep.objective else None
-        self.trials = [
-            Trial(n, params, objective=objective) for n, params in enumerate(expand(sweep))
-        ]
+        self.trials = [Trial(n, {}, objective=objective) for n in range(trial_count(sweep))]
         self.on_change = on_change
         self._ended = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -160,10 +170,13 @@ class SweepRun:
         ]
 
     async def _start(self, trial: Trial) -> None:
+        proposal = self.search.ask(trial.number)
+        trial.params, trial.origin = proposal.params, proposal.origin
         try:
             job = await self.client.submit(trial_spec(self.template, self.sweep, self.id, trial))
         except DistrunError as error:
             trial.state, trial.error = "failed", str(error)
+            self.search.tell(trial.number, "failed", [], None)
             self.on_change(self)
             return
         trial.job_id, trial.state, trial.started = job["id"], job["state"], time.monotonic()
@@ -187,6 +200,7 @@ class SweepRun:
         if trial.state not in (*TERMINAL, "stopped"):
             self._status(trial, await self.client.get_job(trial.job_id))
         trial.ended = trial.ended or time.monotonic()
+        self.search.tell(trial.number, _outcome(trial), trial.history, self.result(trial))
         self._ended.set()
         self.on_change(self)
 
@@ -206,9 +220,18 @@ class SweepRun:
         stop, objective = self.sweep.early_stop, self.sweep.objective
         if stop is None or objective is None or trial.state in (*TERMINAL, "stopped"):
             return
+        rung = None
+        if stop.rule == "asha":
+            # Judged once a rung, against the trials that reached it by then (asynchronous).
+            rung = rung_of(trial.history[-1][0], stop.after, stop.reduction)
+            if rung is None or (trial.judged_rung is not None and rung <= trial.judged_rung):
+                return
+            trial.judged_rung = rung
         histories = {t.number: t.history for t in self.trials if t.history}
-        if median_stop(objective.goal, histories, trial.number, stop.after, stop.min_trials):
+        stopped = stop_rung(stop, objective.goal, histories, trial.number, rung)
+        if stopped is not None:
             trial.state = "stopped"
+            trial.stopped_rung = stopped if stop.rule == "asha" else None
             assert trial.job_id is not None
             await self._cancel_quietly(trial.job_id)
 
@@ -217,6 +240,12 @@ class SweepRun:
             await self.client.cancel(job_id)
         except DistrunError:
             pass
+
+
+def _outcome(trial: Trial) -> Outcome:
+    if trial.state == "stopped":
+        return "stopped"
+    return "complete" if trial.state == "succeeded" else "failed"
 
 
 # --- for people ------------------------------------------------------------------------------
@@ -249,12 +278,15 @@ def progress_line(run: SweepRun) -> str:
 
 
 def results_table(run: SweepRun) -> str:
-    """One row a trial: number, parameters, state, objective, other final metrics, duration;
-    the best trial marked with *."""
+    """One row a trial: number, parameters, what proposed them (a model search), state (with
+    the step of the rung asha stopped it at), objective, other final metrics, duration; the
+    best trial marked with *."""
     best = run.best()
     names = [param.name for param in run.sweep.params]
+    by_model = run.sweep.search in MODEL_SEARCHES
     others = sorted({m for t in run.trials for m in t.metrics} - {run.objective or ""})[:4]
-    head = ["", "TRIAL", *names, "STATE", *([run.objective.upper()] if run.objective else [])]
+    head = ["", "TRIAL", *names, *(["BY"] if by_model else []), "STATE"]
+    head += [run.objective.upper()] if run.objective else []
     rows = [[*head, *(m.upper() for m in others), "SECONDS"]]
     for trial in run.trials:
         result = run.result(trial)
@@ -262,8 +294,9 @@ def results_table(run: SweepRun) -> str:
             [
                 "*" if trial is best else "",
                 f"#{trial.number}",
-                *(_cell(trial.params[name]) for name in names),
-                trial.state,
+                *(_cell(trial.params.get(name)) for name in names),
+                *([trial.origin or "-"] if by_model else []),
+                _state_cell(run, trial),
                 *([_cell(result)] if run.objective else []),
                 *(_cell(trial.metrics.get(m)) for m in others),
                 "-" if trial.seconds is None else f"{trial.seconds:.1f}",
@@ -274,6 +307,13 @@ def results_table(run: SweepRun) -> str:
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in rows
     )
+
+
+def _state_cell(run: SweepRun, trial: Trial) -> str:
+    stop = run.sweep.early_stop
+    if trial.stopped_rung is None or stop is None:
+        return trial.state
+    return f"{trial.state} (step {rung_step(trial.stopped_rung, stop.after, stop.reduction)})"
 
 
 def _cell(value: Value | None) -> str:

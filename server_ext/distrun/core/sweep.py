@@ -5,8 +5,11 @@ compared by one metric their code prints.
 `parse_space`, `parse_objective` and `parse_early_stop`) or from its JSON (`from_dict`); `check`
 holds every rule. `expand` gives every trial's parameters, always the same for the same spec:
 a grid is the cartesian product in declared order (the first parameter varies slowest), a
-random search draws `trials` points from `random.Random(seed)`. `objective_value` and
-`median_stop` judge trials by the (step, value) histories core/metrics reads from their logs.
+random search draws `trials` points from `random.Random(seed)`. A model search (`tpe`, and
+`bayes`, the same search under the name Katib gives its own) proposes each next point from the
+results so far: core/search.py. `objective_value` and `median_stop` judge trials by the
+(step, value) histories core/metrics reads from their logs; core/early_stop.py adds the
+asynchronous successive halving rule.
 """
 
 import difflib
@@ -28,10 +31,13 @@ MAX_TRIALS = 1000  # of a random search, and of a grid's product
 MAX_PARAMS = 32
 DEFAULT_PARALLEL = 2
 DEFAULT_MIN_TRIALS = 3
-SEARCHES = ("grid", "random")
+DEFAULT_REDUCTION = 3  # asha: a third of a rung's trials go on to the next
+MAX_REDUCTION = 100
+SEARCHES = ("grid", "random", "tpe", "bayes")
+MODEL_SEARCHES = ("tpe", "bayes")  # proposed from the results so far (core/search.py)
 GOALS = ("min", "max")
 READS = ("last", "best")
-STOP_RULES = ("median",)
+STOP_RULES = ("median", "asha")
 
 Value: TypeAlias = int | float | str
 Step: TypeAlias = int | float
@@ -113,11 +119,14 @@ class Objective:
 
 @dataclass(frozen=True)
 class EarlyStop:
-    """The median stopping rule, from step `after` on, once `min_trials` others reported."""
+    """The median stopping rule, from step `after` on, once `min_trials` others reported; or
+    asynchronous successive halving (`asha`), its first rung at step `after` (at least 1), each
+    next one `reduction` times further, where only the best 1/`reduction` of a rung go on."""
 
-    rule: Literal["median"]
+    rule: Literal["median", "asha"]
     after: int
-    min_trials: int = DEFAULT_MIN_TRIALS
+    min_trials: int = DEFAULT_MIN_TRIALS  # median only
+    reduction: int = DEFAULT_REDUCTION  # asha only
 
 
 @dataclass(frozen=True)
@@ -125,8 +134,8 @@ class SweepSpec:
     """Not checked when built: `check` it (`from_dict` and the header parser do)."""
 
     params: tuple[Param, ...]
-    search: Literal["grid", "random"] = "grid"
-    trials: int | None = None  # random search only
+    search: Literal["grid", "random", "tpe", "bayes"] = "grid"
+    trials: int | None = None  # random and model searches only
     parallel: int = DEFAULT_PARALLEL  # trials running at once
     objective: Objective | None = None
     early_stop: EarlyStop | None = None
@@ -143,7 +152,10 @@ def default_search(params: Sequence[Param]) -> Literal["grid", "random"]:
 
 
 def expand(spec: SweepSpec) -> list[dict[str, Value]]:
-    """Every trial's parameters, in order; the same list for equal specs."""
+    """Every trial's parameters, in order; the same list for equal specs. A model search has
+    no list: its points are proposed as the trials report (core/search.py)."""
+    if spec.search in MODEL_SEARCHES:
+        raise ValueError(f"a {spec.search} search proposes its trials one by one")
     if spec.search == "grid":
         names = [p.name for p in spec.params]
         lists = [cast(Values, p.space).values for p in spec.params]
@@ -217,14 +229,14 @@ def median_stop(
     if not history or history[-1][0] < after:
         return False
     step = history[-1][0]
-    own = _best_until(history, step, objective_goal)
+    own = best_until(history, step, objective_goal)
     others = [
         best
         for name, other in histories.items()
         if name != trial
         and other
         and max(s for s, _ in other) >= step
-        and (best := _best_until(other, step, objective_goal)) is not None
+        and (best := best_until(other, step, objective_goal)) is not None
     ]
     if own is None or len(others) < max(min_trials, 1):
         return False
@@ -232,7 +244,7 @@ def median_stop(
     return own > median if objective_goal == "min" else own < median
 
 
-def _best_until(history: History, step: Step, goal: Literal["min", "max"]) -> float | None:
+def best_until(history: History, step: Step, goal: Literal["min", "max"]) -> float | None:
     values = [value for s, value in history if s <= step]
     return _best(values, goal) if values else None
 
@@ -341,13 +353,18 @@ def format_objective(objective: Objective) -> str:
 
 
 def parse_early_stop(text: str, example: Example = ciao_example) -> EarlyStop:
-    """`median:N` (from step N on), optionally `:M` (once M other trials reported; 3)."""
+    """`median:N` (from step N on), optionally `:M` (once M other trials reported; 3); or
+    `asha`, `asha:N` (the first rung at step N; 1), `asha:N:R` (each rung R times further; 3)."""
     parts = [part.strip(" \t") for part in text.split(":")]
+    rule = parts[0].lower()
+    if rule == "asha" and len(parts) <= 3:
+        return _parse_asha(text, parts[1:], example)
     write = example("earlyStop", "median:3")
-    if len(parts) not in (2, 3) or parts[0].lower() not in STOP_RULES:
+    if len(parts) not in (2, 3) or rule not in STOP_RULES:
         raise SpecError(
-            f"early stop {text.strip()!r} is not median:N (stop a trial worse than the median "
-            f"from step N on); write {write}",
+            f"early stop {text.strip()!r} is neither median:N (stop a trial worse than the "
+            f"median from step N on) nor asha[:N[:R]] (successive halving from step N); write "
+            f"{write} or {example('earlyStop', 'asha:1:3')}",
             field="earlyStop",
         )
     numbers = parts[1:]
@@ -363,7 +380,24 @@ def parse_early_stop(text: str, example: Example = ciao_example) -> EarlyStop:
     return stop
 
 
+def _parse_asha(text: str, numbers: list[str], example: Example) -> EarlyStop:
+    if not all(re.fullmatch(r"[0-9]{1,9}", n) for n in numbers):
+        raise SpecError(
+            f"early stop {text.strip()!r}: asha's first rung (a step) and reduction are whole "
+            f"numbers; write {example('earlyStop', 'asha:1:3')}",
+            field="earlyStop",
+        )
+    after = int(numbers[0]) if numbers else 1
+    reduction = int(numbers[1]) if len(numbers) > 1 else DEFAULT_REDUCTION
+    stop = EarlyStop("asha", after, reduction=reduction)
+    _check_early_stop(stop, example)
+    return stop
+
+
 def format_early_stop(stop: EarlyStop) -> str:
+    if stop.rule == "asha":
+        reduction = "" if stop.reduction == DEFAULT_REDUCTION else f":{stop.reduction}"
+        return f"asha:{stop.after}{reduction}"
     least = "" if stop.min_trials == DEFAULT_MIN_TRIALS else f":{stop.min_trials}"
     return f"{stop.rule}:{stop.after}{least}"
 
@@ -385,8 +419,8 @@ def check(spec: SweepSpec, example: Example = ciao_example) -> None:
         raise SpecError(f"a sweep has at most {MAX_PARAMS} parameters", field="sweep")
     if spec.search not in SEARCHES:
         raise SpecError(
-            f"search {spec.search!r} is neither grid nor random; write "
-            f"{example('search', 'random')}",
+            f"search {spec.search!r} is not one of {', '.join(SEARCHES)}; write "
+            f"{example('search', 'tpe')} (or random, grid)",
             field="search",
         )
     _check_names(spec.params)
@@ -502,10 +536,10 @@ def _check_bounds(
 
 
 def _check_trials(spec: SweepSpec, example: Example) -> None:
-    if spec.search == "random":
+    if spec.search != "grid":
         if spec.trials is None:
             raise SpecError(
-                f"a random search needs its number of trials; add {example('trials', '10')}",
+                f"a {spec.search} search needs its number of trials; add {example('trials', '10')}",
                 field="trials",
             )
         if not _is_int(spec.trials) or not 1 <= spec.trials <= MAX_TRIALS:
@@ -560,13 +594,26 @@ def _check_objective(objective: Objective, example: Example) -> None:
 
 def _check_early_stop(stop: EarlyStop, example: Example) -> None:
     if stop.rule not in STOP_RULES:
-        raise SpecError(f"early stop rule {stop.rule!r} is not median", field="earlyStop")
-    if not _is_int(stop.after) or stop.after < 0:
-        raise SpecError(f"early stop after {stop.after!r} is not a step", field="earlyStop")
+        raise SpecError(
+            f"early stop rule {stop.rule!r} is neither median nor asha", field="earlyStop"
+        )
+    if not _is_int(stop.after) or stop.after < (1 if stop.rule == "asha" else 0):
+        raise SpecError(
+            f"early stop after {stop.after!r} is not a step"
+            + (" (asha's first rung is at step 1 or later)" if stop.rule == "asha" else ""),
+            field="earlyStop",
+        )
     if not _is_int(stop.min_trials) or not 1 <= stop.min_trials <= MAX_TRIALS:
         raise SpecError(
             f"early stop needs from 1 to {MAX_TRIALS} trials to compare with, not "
             f"{stop.min_trials!r}; write {example('earlyStop', 'median:3:3')}",
+            field="earlyStop",
+        )
+    if not _is_int(stop.reduction) or not 2 <= stop.reduction <= MAX_REDUCTION:
+        raise SpecError(
+            f"asha's reduction {stop.reduction!r} is not a whole number from 2 to "
+            f"{MAX_REDUCTION} (how many times fewer trials each rung keeps); write "
+            f"{example('earlyStop', 'asha:1:3')}",
             field="earlyStop",
         )
 
@@ -600,9 +647,18 @@ def to_dict(spec: SweepSpec) -> dict[str, Any]:
         "trials": spec.trials,
         "parallel": spec.parallel,
         "objective": None if spec.objective is None else asdict(spec.objective),
-        "early_stop": None if spec.early_stop is None else asdict(spec.early_stop),
+        "early_stop": None if spec.early_stop is None else _early_stop_json(spec.early_stop),
         "seed": spec.seed,
     }
+
+
+def _early_stop_json(stop: EarlyStop) -> dict[str, Any]:
+    # The reduction only where it means something: a median sweep's JSON (and so the seed
+    # derived from it) stays what it was.
+    data = asdict(stop)
+    if stop.rule != "asha":
+        del data["reduction"]
+    return data
 
 
 def from_dict(data: Any) -> SweepSpec:
@@ -667,9 +723,16 @@ def _early_stop_from_json(raw: Any) -> EarlyStop | None:
     if raw is None:
         return None
     if not isinstance(raw, Mapping) or not {"rule", "after"} <= set(raw):
-        raise SpecError("early_stop must be {rule, after, min_trials}", field="earlyStop")
-    _only(raw, ("rule", "after", "min_trials"), "earlyStop")
-    return EarlyStop(raw["rule"], raw["after"], raw.get("min_trials", DEFAULT_MIN_TRIALS))
+        raise SpecError(
+            "early_stop must be {rule, after, min_trials, reduction}", field="earlyStop"
+        )
+    _only(raw, ("rule", "after", "min_trials", "reduction"), "earlyStop")
+    return EarlyStop(
+        raw["rule"],
+        raw["after"],
+        raw.get("min_trials", DEFAULT_MIN_TRIALS),
+        raw.get("reduction", DEFAULT_REDUCTION),
+    )
 
 
 def _only(data: Mapping[str, Any], keys: Sequence[str], field: str) -> None:

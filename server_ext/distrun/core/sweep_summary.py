@@ -3,8 +3,10 @@ core/trial_env.py), and the sweep's table (parameters, state, objective, the oth
 duration, the best trial) from those jobs and what their first replica's log reported.
 
 Nothing else holds a sweep: whoever lists the jobs can show it, so the server keeps no state.
-A trial the median rule stopped is a cancelled job; it reads as "stopped" when the rule,
-applied again to the trials' reports, stops it at its last report.
+A trial a stopping rule stopped is a cancelled job; it reads as "stopped" when the rule,
+applied again to the trials' reports, stops it at its last report (asha: at the highest rung
+it reached, which the row names). A model search's trial says what proposed it (its
+environment's DISTRUN_TRIAL_ORIGIN: "tpe", or "random" for the first draws).
 """
 
 import json
@@ -12,18 +14,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from distrun.core.early_stop import rung_step, stop_rung
 from distrun.core.errors import DistrunError
 from distrun.core.job import Job
 from distrun.core.metric_series import MetricSeries, Point
 from distrun.core.sweep import (
     SweepSpec,
     from_dict,
-    median_stop,
     objective_value,
     to_dict,
     trial_count,
 )
-from distrun.core.trial_env import PARAMS_ENV, sweep_definition, trial_of
+from distrun.core.trial_env import ORIGIN_ENV, PARAMS_ENV, sweep_definition, trial_of
 
 MAX_POINTS = 500  # a series' points in a summary, however long the log
 
@@ -107,11 +109,18 @@ def _trial_json(
     value = None
     if objective is not None and trial.number in histories:
         value = objective_value(histories[trial.number], objective.goal, objective.read)
+    rung = _stopped_rung(trial, spec, histories)
+    stop = spec.early_stop if spec else None
     row: dict[str, Any] = {
         "number": trial.number,
         "job_id": job.id,
         "params": _params(job),
-        "state": _state(trial, spec, histories),
+        "origin": job.spec.env.get(ORIGIN_ENV),
+        "state": "stopped" if rung is not None else job.state.value,
+        "rung": rung if rung is None or rung >= 0 else None,
+        "rung_step": None
+        if rung is None or rung < 0 or stop is None
+        else rung_step(rung, stop.after, stop.reduction),
         "objective": value,
         "started_at": job.started_at,
         "finished_at": job.finished_at,
@@ -122,13 +131,17 @@ def _trial_json(
     return row
 
 
-def _state(trial: TrialJob, spec: SweepSpec | None, histories: Mapping[int, list[Point]]) -> str:
-    state = trial.job.state.value
+def _stopped_rung(
+    trial: TrialJob, spec: SweepSpec | None, histories: Mapping[int, list[Point]]
+) -> int | None:
+    """Where the sweep's stopping rule stopped a cancelled trial (core/early_stop.stop_rung:
+    a rung, -1 for the median rule), or None."""
     stop = spec.early_stop if spec else None
-    if state != "cancelled" or stop is None or spec is None or spec.objective is None:
-        return state
-    stopped = median_stop(spec.objective.goal, histories, trial.number, stop.after, stop.min_trials)
-    return "stopped" if stopped else state
+    if trial.job.state.value != "cancelled" or stop is None or spec is None:
+        return None
+    if spec.objective is None:
+        return None
+    return stop_rung(stop, spec.objective.goal, histories, trial.number)
 
 
 def _params(job: Job) -> Any:

@@ -13,6 +13,7 @@ PARAMS_ENV = "DISTRUN_PARAMS"
 PARAM_ENV_PREFIX = "DISTRUN_PARAM_"
 SWEEP_ENV = "DISTRUN_SWEEP"
 SWEEP_SPEC_ENV = "DISTRUN_SWEEP_SPEC"  # the sweep's definition, as core/sweep.to_dict writes it
+ORIGIN_ENV = "DISTRUN_TRIAL_ORIGIN"  # in a model search: "tpe" (the model's) or "random"
 
 
 def params_env(params: Mapping[str, int | float | str]) -> dict[str, str]:
@@ -30,13 +31,17 @@ def trial_env(
     number: int,
     params: Mapping[str, int | float | str],
     definition: Mapping[str, Any] | None = None,
+    origin: str | None = None,
 ) -> dict[str, str]:
     """A trial's parameters, which sweep and trial it is (DISTRUN_SWEEP, "<id>/<number>": what
-    groups a sweep's trials wherever jobs are listed) and the sweep's `definition` (its
-    objective and size, for whoever shows the sweep from its trials alone)."""
+    groups a sweep's trials wherever jobs are listed), the sweep's `definition` (its
+    objective and size, for whoever shows the sweep from its trials alone) and, in a model
+    search, what proposed its parameters (`origin`)."""
     env = {**params_env(params), SWEEP_ENV: f"{sweep_id}/{number}"}
     if definition is not None:
         env[SWEEP_SPEC_ENV] = json.dumps(definition, separators=(",", ":"))
+    if origin is not None:
+        env[ORIGIN_ENV] = origin
     return env
 
 
@@ -57,4 +62,4 @@ def sweep_definition(env: Mapping[str, str]) -> Any:
 def without_trial_env(env: Mapping[str, str]) -> dict[str, str]:
     """`env` less what makes a job a sweep's trial (its parameters stay): a trial run again
     on its own."""
-    return {k: v for k, v in env.items() if k not in (SWEEP_ENV, SWEEP_SPEC_ENV)}
+    return {k: v for k, v in env.items() if k not in (SWEEP_ENV, SWEEP_SPEC_ENV, ORIGIN_ENV)}
