@@ -2,6 +2,7 @@
 and what is refused. Katib's own validation of these objects is in
 tests/k8s/test_katib_experiment.py."""
 
+import dataclasses
 import json
 import re
 from typing import Any
@@ -154,6 +155,32 @@ def test_a_seed_hyperopt_cannot_take_is_refused() -> None:
     with pytest.raises(KatibMappingError, match="seed") as raised:
         experiment(random(Param("lr", Uniform(0.1, 0.9)), seed=2**32))
     assert raised.value.field == "seed"
+
+
+@pytest.mark.parametrize(
+    ("search", "algorithm", "startup"),
+    [("tpe", "tpe", "n_startup_jobs"), ("bayes", "bayesianoptimization", "n_initial_points")],
+)
+def test_a_model_search_is_katibs_tpe_or_bayesian_optimization_with_the_seed_and_startup(
+    search: str, algorithm: str, startup: str
+) -> None:
+    sweep = random(Param("lr", LogUniform(1e-4, 1e-1)), trials=30, seed=7)
+    spec = experiment(dataclasses.replace(sweep, search=search))["spec"]
+    assert spec["algorithm"] == {
+        "algorithmName": algorithm,
+        "algorithmSettings": [
+            {"name": "random_state", "value": "7"},
+            {"name": startup, "value": "6"},  # what distrun's runner draws first: 30 // 5
+        ],
+    }
+    assert spec["maxTrialCount"] == 30
+
+
+def test_asha_is_refused_saying_what_katib_has_instead() -> None:
+    sweep = random(Param("lr", Uniform(0.1, 0.9)), early_stop=EarlyStop("asha", 1))
+    with pytest.raises(KatibMappingError, match="no asha early stopping") as raised:
+        experiment(sweep)
+    assert raised.value.field == "earlyStop"
 
 
 def test_no_more_trials_at_once_than_there_are_trials() -> None:

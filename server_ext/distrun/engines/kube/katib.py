@@ -13,7 +13,12 @@ medianstop services):
 - search: grid is Katib's `grid` (Optuna's grid sampler: every combination, in its own order),
   random is `random` (hyperopt) with `random_state` from the seed; without a seed, the one
   distrun derives from the sweep, so the same header makes the same Experiment. Katib draws
-  its own points: the same seed does not give the trials distrun's own runner would.
+  its own points: the same seed does not give the trials distrun's own runner would. tpe is
+  Katib's `tpe` (hyperopt's TPE, `n_startup_jobs` the random draws distrun's runner makes
+  first), bayes is `bayesianoptimization` (scikit-optimize's Gaussian process,
+  `n_initial_points` the same): another model than distrun's TPE, which `bayes` is there.
+- asha does not map: Katib's only early stopping is `medianstop`, and its `hyperband` is a
+  search of its own (the budget a trial parameter), not a stopping rule beside a search.
 - objective: `minimize`/`maximize` of the metric; `:last` is the metric strategy `latest`,
   `:best` is `min`/`max`. The StdOut collector reads the primary pod's output (the master or
   first worker, the replica distrun reads) with `METRIC_FORMATS`: distrun's `key=value` and
@@ -52,7 +57,9 @@ from typing import Any
 
 from distrun.core.errors import SpecError
 from distrun.core.frameworks import FRAMEWORKS
+from distrun.core.search import startup_trials
 from distrun.core.sweep import (
+    MODEL_SEARCHES,
     Choice,
     EarlyStop,
     IntRange,
@@ -95,6 +102,9 @@ FAILURE_CONDITION = 'status.conditions.#(type=="Failed")#|#(status=="True")#'
 MAX_NAME = 40  # Katib's webhook: an Experiment's name has at most 40 characters
 MAX_RANDOM_STATE = 2**32 - 1  # hyperopt seeds numpy's RandomState, which takes 32 bits
 STRATEGIES = {"last": "latest", "min": "min", "max": "max"}
+# distrun's search -> Katib's algorithm: random and tpe are served by Katib's hyperopt service,
+# bayesianoptimization by its scikit-optimize one (Gaussian process).
+ALGORITHMS = {"random": "random", "tpe": "tpe", "bayes": "bayesianoptimization"}
 
 # Go regular expressions (RE2) for Katib's StdOut collector: group 1 the name, group 2 the
 # value. distrun's `key=value` and `key: value` (core/metrics), the key not glued to a word
@@ -266,17 +276,27 @@ def _algorithm(sweep: SweepSpec) -> dict[str, Any]:
     seed = sweep.seed if sweep.seed is not None else effective_seed(sweep) % (MAX_RANDOM_STATE + 1)
     if seed > MAX_RANDOM_STATE:
         raise KatibMappingError(
-            f"seed {seed} is over {MAX_RANDOM_STATE}, the largest Katib's random search "
-            "(hyperopt, numpy's RandomState) takes; pick a smaller one",
+            f"seed {seed} is over {MAX_RANDOM_STATE}, the largest Katib's {sweep.search} search "
+            "(numpy's RandomState) takes; pick a smaller one",
             field="seed",
         )
-    return {
-        "algorithmName": "random",
-        "algorithmSettings": [{"name": "random_state", "value": str(seed)}],
-    }
+    settings = [{"name": "random_state", "value": str(seed)}]
+    if sweep.search in MODEL_SEARCHES:
+        # The random draws before the model proposes: as many as distrun's own runner makes.
+        startup = {"tpe": "n_startup_jobs", "bayes": "n_initial_points"}[sweep.search]
+        settings.append({"name": startup, "value": str(startup_trials(sweep))})
+    return {"algorithmName": ALGORITHMS[sweep.search], "algorithmSettings": settings}
 
 
 def _early_stopping(stop: EarlyStop) -> dict[str, Any]:
+    if stop.rule == "asha":
+        raise KatibMappingError(
+            "Katib has no asha early stopping: its only early-stopping service is medianstop, "
+            "and its hyperband is a search of its own that runs each trial for a budget it "
+            "passes as a trial parameter; use %earlyStop=median:N with Katib, or run the "
+            "sweep with distrun sweep",
+            field="earlyStop",
+        )
     return {
         "algorithmName": "medianstop",
         "algorithmSettings": [
