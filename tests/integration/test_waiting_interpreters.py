@@ -145,6 +145,7 @@ def cold_and_waiting(
     cold = run(spawn_replica(argv, tmp_path, job_env))
     interpreter = WaitingInterpreter.start(python, start_env, "the-mark")
     assert interpreter.fits(argv, job_env)
+    assert interpreter.changed() is None, "nothing its start read changed"
     handed = interpreter.hand_over(argv, tmp_path, job_env)
     assert handed is not None, "the waiting interpreter took the program"
     return cold, run(handed)

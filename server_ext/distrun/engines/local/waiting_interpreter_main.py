@@ -6,9 +6,13 @@ It runs in the replica's Python, not the supervisor's, which may be any CPython 
 the standard library only, no syntax or evaluated annotation newer than 3.6, and nothing the
 interpreter does not hold at start-up already (`os`, `sys`), so the program finds the modules a
 cold start leaves. Started as a script (`python <this file> <control fd>`), so the interpreter
-starts exactly as for the job's own script; the job then arrives on the control fd as
-NUL-separated fields (the working directory, the argument count, the arguments, the environment
-as NAME=value), ended by the pipe's end. An end with no job ends the process at once.
+starts exactly as for the job's own script (`python <this file> <control fd> <report fd>`).
+Once up, it reports on the report fd what its start read from disk and how each stood then
+(`start_up_inputs`, `stat_key`: NUL-separated path and key pairs, ended by the pipe's end), so
+that the supervisor hands it a job only while a cold start would read the same. The job then
+arrives on the control fd as NUL-separated fields (the working directory, the argument count,
+the arguments, the environment as NAME=value), ended by the pipe's end. An end with no job ends
+the process at once.
 
 What it does to become the program, each as CPython does for `python main.py`: a fresh
 `__main__` module with the names this file's own `__main__` started with (its `__file__`,
@@ -30,6 +34,143 @@ _AT_START = {name: value for name, value in globals().items() if name.startswith
 # /proc/PID/environ is the environment the interpreter started with, not the job's): the
 # engine finds a job's leftovers by it (processes.kill_job_processes).
 MARK = "DISTRUN_WAITING_INTERPRETER"
+# Read by every start whatever the interpreter: the dynamic loader's preloads and cache, the
+# time zone.
+_SYSTEM_FILES = ("/etc/ld.so.preload", "/etc/ld.so.cache", "/etc/localtime")
+
+
+def stat_key(path: str) -> str:
+    """How `path` stands: "-" when absent, else its device, inode, size, mtime and ctime (any
+    change to a file, or to a directory's entries, moves its ctime, which no program sets back).
+    """
+    try:
+        found = os.stat(path)
+    except OSError:
+        return "-"
+    fields = (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+    return ":".join(str(field) for field in fields)
+
+
+def _existing(path: str) -> str:
+    """`path`, or its nearest ancestor that exists (a zip archive a module was imported from)."""
+    while path and not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def _mapped_files() -> "list[str]":
+    """The files this process has mapped: the executable, libpython, the C library, the locale
+    archive, the extension modules loaded."""
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            lines = maps.read().splitlines()
+    except OSError:
+        return []
+    files = []
+    for line in lines:
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith(b"/") and not fields[5].endswith(b")"):
+            files.append(os.fsdecode(fields[5]))
+    return files
+
+
+def _interpreter_files() -> "list[str]":
+    """Where Python looks as it finds its prefix: the executable, pyvenv.cfg beside it or one
+    level up, and the ._pth files that replace sys.path."""
+    executable = sys.executable
+    found = [executable]
+    for directory in {os.path.dirname(executable), os.path.dirname(os.path.realpath(executable))}:
+        found.append(os.path.join(directory, "pyvenv.cfg"))
+        found.append(os.path.join(os.path.dirname(directory), "pyvenv.cfg"))
+        name = os.path.basename(executable)
+        found.append(os.path.join(directory, name + "._pth"))
+        found.append(os.path.join(directory, "python{}{}._pth".format(*sys.version_info[:2])))
+    return found
+
+
+def _site_files() -> "list[str]":
+    """The site directories (the user's too, present or not), the .pth files in them and the
+    directories those name."""
+    site = sys.modules.get("site")
+    if site is None:  # python -S
+        return []
+    directories = list(getattr(site, "getsitepackages", list)())
+    user_site = getattr(site, "USER_SITE", None)
+    if isinstance(user_site, str):
+        directories.append(user_site)
+    found = list(directories)
+    for directory in directories:
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".pth"):
+                found.append(os.path.join(directory, name))
+                found += _named_directories(directory, name)
+    return found
+
+
+def _named_directories(directory: str, pth: str) -> "list[str]":
+    """The directories a .pth file names, present or not (site adds those that exist)."""
+    try:
+        with open(os.path.join(directory, pth), "rb") as lines:
+            text = lines.read()
+    except OSError:
+        return []
+    found = []
+    for line in text.splitlines():
+        if line and not line.startswith((b"#", b"import ", b"import\t")):
+            found.append(os.path.join(directory, os.fsdecode(line.rstrip())))
+    return found
+
+
+def _module_files() -> "list[str]":
+    """The file of every module loaded as the interpreter started (site, what .pth files
+    imported, sitecustomize, usercustomize) and the directories of namespace packages."""
+    found = []
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and path != __file__:
+            found.append(_existing(os.path.abspath(path)))
+        for entry in getattr(module, "__path__", None) or []:
+            if isinstance(entry, str):
+                found.append(entry)
+    return found
+
+
+def start_up_inputs() -> "list[str]":
+    """What this interpreter's start read, or looked for, and a later start might find changed:
+    every directory on sys.path (a new sitecustomize, a .pth's new directory), the site
+    directories and their .pth files, the modules loaded, the interpreter's own files and those
+    of the system. The script's directory (sys.path[0]) is the job's, not read at start-up."""
+    search_path = sys.path if getattr(sys.flags, "safe_path", False) else sys.path[1:]
+    paths = list(_SYSTEM_FILES) + _interpreter_files() + _mapped_files() + list(search_path)
+    paths += _site_files() + _module_files()
+    unique = []  # type: list[str]
+    seen = set()  # type: set[str]
+    for path in paths:
+        if path and path not in seen:
+            seen.add(path)
+            unique.append(path)
+    return unique
+
+
+def _report(fd: int) -> None:
+    """Writes what start-up read and how it stood (`stat_key`) to `fd`, then closes it."""
+    fields = []
+    for path in start_up_inputs():
+        fields += [path, stat_key(path)]
+    view = memoryview(b"".join(os.fsencode(field) + b"\0" for field in fields))
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        pass  # the supervisor no longer listens: it will not hand this one a job
+    os.close(fd)
 
 
 def _environ_at_exec() -> "dict[str, str]":
@@ -80,7 +221,7 @@ def _become(
     return script, vars(main)
 
 
-def _report(error: BaseException) -> None:
+def _report_uncaught(error: BaseException) -> None:
     """Prints an uncaught exception as Python would for the script, without this file's frame,
     and silences the hook for the report Python makes once the exception leaves this file."""
     trace = error.__traceback__
@@ -94,6 +235,7 @@ def _report(error: BaseException) -> None:
 if __name__ == "__main__":
     _at_exec = _environ_at_exec()
     _added = {name: value for name, value in os.environ.items() if _at_exec.get(name) != value}
+    _report(int(sys.argv[2]))
     _job = _read_job(int(sys.argv[1]))
     if _job is None:
         os._exit(0)  # no job came: the supervisor ended it
@@ -105,7 +247,7 @@ if __name__ == "__main__":
     except SystemExit:
         raise
     except BaseException as error:
-        _report(error)
+        _report_uncaught(error)
         raise
     finally:
         # As CPython does once the script has run, before the interpreter's exit.

@@ -6,9 +6,12 @@ alone and 35 ms beside its siblings and a browser; one that waits prints its fir
 2 ms after it is handed the job (issue 15, docs/performance.md).
 
 Handed only a replica that a cold start would start the same way: the same Python, running a
-`.py` file (IPython's files start cold), and the same value of every variable an interpreter or
-the C library reads as it starts (START_UP). Every other variable is set in the interpreter's
-`os.environ` before the program runs. What still tells it apart from a cold start is in
+`.py` file (IPython's files start cold), the same value of every variable an interpreter or
+the C library reads as it starts (START_UP), and every file and directory its start read or
+looked for (the interpreter's report, waiting_interpreter_main.start_up_inputs) unchanged since
+just before it started (`StartUpReport.changed`). Every other variable is set in the
+interpreter's `os.environ` before the program runs. One that would start otherwise is ended;
+the next waiting supervisor starts new ones. What still tells it apart from a cold start is in
 docs/architecture.md ("A replica started ahead").
 
 Each interpreter starts with MARK=<the supervisor's mark> in its environment, which the
@@ -19,15 +22,18 @@ whose /proc/PID/environ is that start-up environment, is still found as the job'
 import contextlib
 import os
 import re
+import select
 import signal
 import subprocess
+import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from distrun.engines.local import capabilities
 from distrun.engines.local.processes import Spawned, death_signal_launcher, spawn_replica
-from distrun.engines.local.waiting_interpreter_main import MARK
+from distrun.engines.local.waiting_interpreter_main import MARK, stat_key
 
 # Run as a script, in the replica's Python: the interpreter starts as for the job's script.
 _PROGRAM = Path(__file__).with_name("waiting_interpreter_main.py")
@@ -59,6 +65,41 @@ def _absolute_paths(env: Mapping[str, str]) -> bool:
     )
 
 
+# A file's times come from the kernel's coarse clock (up to a tick, 1-10 ms, behind time.time):
+# anything whose mtime or ctime is this close to an interpreter's start may have changed after
+# the start read it. Generous, so that a clock stepped back by a little still counts.
+RACY_NS = 100_000_000
+# How long a hand-over waits for an interpreter still starting to report; past it, cold.
+REPORT_WAIT_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class StartUpReport:
+    """What a waiting interpreter's start read or looked for, as it stood once it was up
+    (path -> waiting_interpreter_main.stat_key)."""
+
+    inputs: dict[str, str]
+
+    @classmethod
+    def parse(cls, data: bytes) -> "StartUpReport":
+        fields = [os.fsdecode(field) for field in data.split(b"\0")[:-1]]
+        return cls(dict(zip(fields[::2], fields[1::2], strict=True)))
+
+    def changed(self, started_ns: int) -> str | None:
+        """The first input that is not as it was when the interpreter started at `started_ns`
+        (it differs from the report, or changed too near the start to tell); None if none."""
+        for path, reported in self.inputs.items():
+            now = stat_key(path)
+            if now != reported or (now != "-" and _changed_after(now, started_ns)):
+                return path
+        return None
+
+
+def _changed_after(key: str, started_ns: int) -> bool:
+    mtime, ctime = (int(field) for field in key.split(":")[3:5])
+    return max(mtime, ctime) >= started_ns - RACY_NS
+
+
 def supported() -> bool:
     """Linux with setpriv: the parent-death signal ends them with their supervisor, and /proc
     finds what they forked (kill_job_processes by the mark)."""
@@ -73,6 +114,9 @@ class WaitingInterpreter:
     process: "subprocess.Popen[bytes]"
     pipe: int  # the read end of its stdout and stderr
     control: int  # where its job goes
+    report_pipe: int  # where its StartUpReport comes from
+    started_ns: int  # time.time_ns() just before it started
+    report: StartUpReport | None = None  # once read
 
     @classmethod
     def start(cls, python: str, env: Mapping[str, str], mark: str) -> "WaitingInterpreter":
@@ -83,22 +127,35 @@ class WaitingInterpreter:
                 "no interpreter is started ahead here: see waiting_interpreters.supported"
             )
         job_end, control = os.pipe()
+        report_pipe, report_end = os.pipe()
+        started_ns = time.time_ns()
         try:
             spawned = spawn_replica(
-                [python, str(_PROGRAM), str(job_end)],
+                [python, str(_PROGRAM), str(job_end), str(report_end)],
                 Path.cwd(),  # it moves to the job's directory when it gets the job
                 {**env, MARK: mark},
-                pass_fds=(job_end,),
+                pass_fds=(job_end, report_end),
             )
         except OSError:
             os.close(control)
+            os.close(report_pipe)
             raise
         finally:
             os.close(job_end)
-        return cls(python, start_up_values(env), spawned.process, spawned.pipe, control)
+            os.close(report_end)
+        return cls(
+            python,
+            start_up_values(env),
+            spawned.process,
+            spawned.pipe,
+            control,
+            report_pipe,
+            started_ns,
+        )
 
     def fits(self, argv: list[str], env: Mapping[str, str]) -> bool:
-        """Whether it starts `argv` with `env` as a cold start would."""
+        """Whether it starts `argv` with `env` as a cold start would (its files aside:
+        `changed`)."""
         return (
             len(argv) == 2
             and argv[0] == self.python
@@ -106,6 +163,16 @@ class WaitingInterpreter:
             and start_up_values(env) == self.start_up
             and _absolute_paths(env)
         )
+
+    def changed(self) -> str | None:
+        """What its start read that a cold start now would find otherwise (waiting for its
+        report while it still starts): a path, "its start" when it never reported, or None."""
+        if self.report is None:
+            data = _read_to_end(self.report_pipe, time.monotonic() + REPORT_WAIT_SECONDS)
+            if data is None:
+                return "its start"
+            self.report = StartUpReport.parse(data)
+        return self.report.changed(self.started_ns)
 
     def hand_over(self, argv: list[str], cwd: Path, env: Mapping[str, str]) -> Spawned | None:
         """Gives it the replica to run; None when it had died (start the replica cold)."""
@@ -121,12 +188,16 @@ class WaitingInterpreter:
             self.close()
             return None
         os.close(self.control)
+        with contextlib.suppress(OSError):
+            os.close(self.report_pipe)
         return Spawned(self.process, self.pipe)
 
     def close(self) -> None:
         """Ends one that was not handed a replica."""
         with contextlib.suppress(OSError):
             os.close(self.control)
+        with contextlib.suppress(OSError):
+            os.close(self.report_pipe)
         with contextlib.suppress(OSError):
             os.close(self.pipe)
         with contextlib.suppress(ProcessLookupError):
@@ -154,10 +225,21 @@ class WaitingInterpreters:
         return cls(waiting)
 
     def take(self, argv: list[str], env: Mapping[str, str]) -> WaitingInterpreter | None:
-        for interpreter in self._waiting:
-            if interpreter.fits(argv, env):
-                self._waiting.remove(interpreter)
+        """The first that fits and whose start-up is still what a cold start would read; those
+        whose start-up changed are ended (said on stderr: the supervisor's log)."""
+        for interpreter in list(self._waiting):
+            if not interpreter.fits(argv, env):
+                continue
+            self._waiting.remove(interpreter)
+            changed = interpreter.changed()
+            if changed is None:
                 return interpreter
+            print(
+                f"distrun: a replica starts cold: {changed} changed since an interpreter "
+                "started ahead of it",
+                file=sys.stderr,
+            )
+            interpreter.close()
         return None
 
     def close(self) -> None:
@@ -165,3 +247,22 @@ class WaitingInterpreters:
         for interpreter in self._waiting:
             interpreter.close()
         self._waiting.clear()
+
+
+def _read_to_end(fd: int, deadline: float) -> bytes | None:
+    """What `fd` gives until its end; None when it gives nothing, fails, or the deadline passes
+    first."""
+    poll = select.poll()
+    poll.register(fd, select.POLLIN)
+    data = b""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not poll.poll(remaining * 1000):
+            return None
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            return None
+        if not chunk:
+            return data or None
+        data += chunk
