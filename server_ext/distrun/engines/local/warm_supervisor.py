@@ -76,8 +76,9 @@ class WarmSupervisor:
             process.stdin.close()
             try:
                 process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
+            except subprocess.TimeoutExpired:  # still starting, on a busy machine
                 process.kill()
+                process.wait()
 
 
 def _hand_over(process: "subprocess.Popen[bytes]", job_dir: Path) -> bool:
