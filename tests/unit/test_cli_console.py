@@ -220,3 +220,43 @@ def test_fit_cuts_to_the_visible_width_and_keeps_and_closes_colours() -> None:
     assert fit("abcdef", 4) == "abcd"
     assert fit("\x1b[31mabc\x1b[0mdef", 4) == "\x1b[31mabc\x1b[0md\x1b[0m"
     assert fit("ab", 10) == "ab"
+
+
+def test_a_restarted_job_shows_its_attempt_why_the_last_one_ended_and_its_timeline() -> None:
+    failure = {
+        "time": 1010.25,
+        "kind": "failed",
+        "attempt": 1,
+        "text": "worker-1 failed: killed by SIGKILL (out of memory?)",
+        "replica": "worker-1",
+        "exit_code": -9,
+        "signal": "SIGKILL",
+        "oom": False,
+        "step": None,
+    }
+    timeline = [
+        {**failure, "time": 1000.0, "kind": "submitted", "text": "submitted"},
+        {**failure, "time": 1001.0, "kind": "started", "text": "attempt 1 started"},
+        failure,
+        {**failure, "time": 1010.5, "kind": "started", "attempt": 2, "text": "attempt 2 started"},
+    ]
+    running = job(
+        "running", 3, attempt=2, max_restarts=3, restart_scope="job", last_failure=failure
+    )
+    running["timeline"] = timeline
+    assert status_line(running) == (
+        "[distrun] job mnist-ab12c running (3/3 replicas): attempt 2 of 4, after worker-1 "
+        "failed: killed by SIGKILL (out of memory?)"
+    )
+    text = job_details(running)
+    assert "attempt:   2 of 4 (a failure restarts the whole job)" in text
+    assert "last failure: worker-1 failed: killed by SIGKILL (out of memory?)" in text
+    rows = text.split("timeline:\n")[1].splitlines()
+    assert [row.split("  ", 3)[2:] for row in rows] == [
+        ["attempt 1", "submitted"],
+        ["attempt 1", "attempt 1 started"],
+        ["attempt 1", "worker-1 failed: killed by SIGKILL (out of memory?)"],
+        ["attempt 2", "attempt 2 started"],
+    ]
+    assert rows[2].split()[0].endswith(".250")
+    assert "attempt" not in status_line(job("running", 3)), "a first attempt says nothing more"

@@ -611,3 +611,12 @@ def test_startup_timeout_is_set_by_either_syntax():
     ciao, _ = spec_from_cell("%framework=generic\n%startupTimeout=2m\nprint(1)\n")
     magic, _ = spec_from_cell("%%distrun --framework generic --startup-timeout 120\nprint(1)\n")
     assert ciao.startup_timeout_seconds == magic.startup_timeout_seconds == 120
+
+
+def test_restart_and_max_restarts_are_header_settings() -> None:
+    cell = "%%distrun\n%framework=pytorch\n%restart=job\n%maxRestarts=3\nprint(1)\n"
+    parsed = parse_cell(cell)
+    assert (parsed.spec_fields["restart"], parsed.spec_fields["max_restarts"]) == ("job", 3)
+    assert "%restart=job" in render_header({"restart": "job", "max_restarts": 3})
+    with pytest.raises(SpecError, match="is not one of job, replica"):
+        parse_cell("%%distrun\n%restart=everything\nprint(1)\n")

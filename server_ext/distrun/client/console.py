@@ -81,7 +81,7 @@ class Console:
         self._width = 0
         for name in replica_names:
             self._add(name)
-        self._last_status: tuple[str, int, int] | None = None
+        self._last_status: tuple[str, int, int, int] | None = None
         self._unfinished: dict[str, LogLine] = {}
 
     def _add(self, replica: str) -> None:
@@ -139,7 +139,7 @@ class Console:
         for replica in job.get("replicas", []):
             self._add(replica["name"])
         total = len(job.get("replicas", []))
-        key = (job["state"], int(job.get("replicas_running", 0)), total)
+        key = (job["state"], int(job.get("replicas_running", 0)), total, int(job.get("attempt", 1)))
         if key == self._last_status:
             return None
         self._last_status = key
@@ -155,12 +155,34 @@ def status_line(job: dict[str, Any]) -> str:
     if state == JobState.PENDING.value:
         return f"{head} pending" + (f": {reason}" if reason else f" ({total} replicas)")
     if state == JobState.RUNNING.value:
-        return f"{head} running ({job.get('replicas_running', 0)}/{total} replicas)"
+        running = f"{head} running ({job.get('replicas_running', 0)}/{total} replicas)"
+        return running + _attempt(job)
     if state == JobState.SUCCEEDED.value:
         return f"{head} succeeded" + _took(job)
     if state == JobState.FAILED.value:
         return f"{head} failed: {reason or 'no reason given'}"
     return f"{head} {state}" + (f": {reason}" if reason else "")
+
+
+def _attempt(job: dict[str, Any]) -> str:
+    """`: attempt 2 of 4, after worker-1 failed: ...`, once the job was restarted."""
+    attempt = int(job.get("attempt", 1))
+    if attempt <= 1:
+        return ""
+    of = int(job.get("max_restarts", 0)) + 1
+    failure = job.get("last_failure") or {}
+    after = f", after {failure['text']}" if failure.get("text") else ""
+    return f": attempt {attempt} of {of}{after}"
+
+
+def timeline_rows(job: dict[str, Any]) -> list[str]:
+    """The job's timeline (`distrun status`): each event's time, attempt and what happened."""
+    rows = []
+    for event in job.get("timeline") or []:
+        at = time.strftime("%H:%M:%S", time.localtime(event["time"]))
+        fraction = f"{event['time'] % 1:.3f}"[1:]
+        rows.append(f"  {at}{fraction}  attempt {event['attempt']}  {event['text']}")
+    return rows
 
 
 def _took(job: dict[str, Any]) -> str:
@@ -247,6 +269,15 @@ def job_details(job: dict[str, Any]) -> str:
         lines.append(f"duration:  {format_duration(end - job['started_at'])}")
     if job.get("reason"):
         lines.append(f"reason:    {job['reason']}")
+    if job.get("restart_scope"):
+        scope = "the whole job" if job["restart_scope"] == "job" else "the failed replica"
+        lines.append(
+            f"attempt:   {job.get('attempt', 1)} of {int(job.get('max_restarts', 0)) + 1} "
+            f"(a failure restarts {scope})"
+        )
+    failure = job.get("last_failure")
+    if failure:
+        lines.append(f"last failure: {failure['text']}")
     width = max([len(r["name"]) for r in job.get("replicas", [])] + [7])
     lines.append("")
     lines.append(f"{'REPLICA'.ljust(width)}  STATE      EXIT  RESTARTS  REASON")
@@ -260,6 +291,11 @@ def job_details(job: dict[str, Any]) -> str:
     if gpus:
         lines.append("")
         lines.extend(f"{name.ljust(width)}  GPU: {gpu}" for name, gpu in gpus)
+    timeline = timeline_rows(job)
+    if len(timeline) > 2:  # more than submitted and started
+        lines.append("")
+        lines.append("timeline:")
+        lines.extend(timeline)
     if job.get("last_lines"):
         lines.append("")
         lines.append(f"last lines of {job.get('failed_replica') or 'the failed replica'}:")

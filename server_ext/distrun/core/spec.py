@@ -22,6 +22,8 @@ from distrun.core.gpus import (
 )
 
 RESTART_POLICIES = ("Never", "OnFailure", "Always", "ExitCode")
+# What a failure restarts: every replica of the job ("job"), or the one that failed ("replica").
+RESTART_SCOPES = ("job", "replica")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 ENGINE_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}\Z")
 JOB_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?\Z")
@@ -77,6 +79,10 @@ class JobSpec:
     namespace: str | None = None  # None: the engine's configured namespace for this user
     restart_policy: str = "Never"
     backoff_limit: int = 0
+    # None: "job" for a synchronous framework, else "replica" (core/restarts.py).
+    restart: str | None = None
+    # Whole-job restarts allowed (counted for the job, not per replica); None: backoff_limit.
+    max_restarts: int | None = None
     active_deadline_seconds: int | None = None
     # A replica that writes no output within this many seconds of starting is killed as hung
     # at start-up (then the restart policy applies). None: no such check.
@@ -141,6 +147,8 @@ def parse_spec(data: Any, limits: Limits) -> JobSpec:
         namespace=_optional_match(data, "namespace", NAMESPACE_RE, "a Kubernetes namespace"),
         restart_policy=_choice(data, "restart_policy", RESTART_POLICIES, "Never"),
         backoff_limit=_int(data, "backoff_limit", 0, 0, 100),
+        restart=_optional_choice(data, "restart", RESTART_SCOPES),
+        max_restarts=_optional_int(data, "max_restarts", 0, 100),
         active_deadline_seconds=_optional_int(data, "active_deadline_seconds", 1, 30 * 86400),
         startup_timeout_seconds=_optional_int(data, "startup_timeout_seconds", 1, 86400),
         clean_pod_policy=_choice(data, "clean_pod_policy", CLEAN_POD_POLICIES, "Running"),
@@ -332,6 +340,12 @@ def _optional_int(data: dict[str, Any], key: str, low: int, high: int) -> int | 
     if data.get(key) is None:
         return None
     return _int(data, key, None, low, high)
+
+
+def _optional_choice(data: dict[str, Any], key: str, choices: tuple[str, ...]) -> str | None:
+    if data.get(key) is None:
+        return None
+    return _choice(data, key, choices, choices[0])
 
 
 def _choice(data: dict[str, Any], key: str, choices: tuple[str, ...], default: str) -> str:

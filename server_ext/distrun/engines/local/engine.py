@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import heapq
 import itertools
+import json
 import os
 import shutil
 import signal
@@ -26,10 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from distrun.core import jobids
+from distrun.core.checkpoint_env import RESUMED_FILE
 from distrun.core.entrypoint import code_file
 from distrun.core.errors import EngineError, LimitExceeded, NotFound, SpecError
-from distrun.core.job import Job, JobState
+from distrun.core.job import Job, JobState, TimelineEvent
 from distrun.core.logs import Cursor, JobUpdate, LogEvent, LogLine
+from distrun.core.restarts import restart_plan
 from distrun.core.spec import JobSpec, Limits, check_relative_path
 from distrun.engines.cursors import selected_replicas, start_seqs
 from distrun.engines.local import capabilities, gpu_devices, inotify
@@ -368,6 +371,7 @@ class LocalEngine:
         files = self._new_job_dir(spec.name)
         try:
             files.code.mkdir(mode=0o700)
+            files.checkpoints.mkdir(mode=0o700)
             for path, content in spec.files.items():
                 target = files.code / check_relative_path(path)
                 target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -450,7 +454,7 @@ class LocalEngine:
         files = self._files(job_id)
         job = self._read_job_json(files, owner)
         status = self._current_status(files, job)
-        return _to_job(job, status), status
+        return _to_job(job, status, _resumed_events(files)), status
 
     def _read_job_json(self, files: JobFiles, owner: str) -> dict[str, Any]:
         try:
@@ -650,8 +654,32 @@ def _read_status(files: JobFiles, job: dict[str, Any]) -> JobStatus:
         return JobStatus.pending(stored_spec(job))
 
 
-def _to_job(job: dict[str, Any], status: JobStatus) -> Job:
+def _resumed_events(files: JobFiles) -> list[TimelineEvent]:
+    """What the job's code reported resuming from (`distrun.checkpoint.load`), in order."""
+    try:
+        text = (files.checkpoints / RESUMED_FILE).read_text()
+    except (OSError, UnicodeDecodeError):
+        return []
+    events = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            entry = json.loads(line)
+            step, attempt = int(entry["step"]), int(entry["restart"]) + 1
+            text = f"attempt {attempt} resumed from the checkpoint of step {step}"
+            events.append(TimelineEvent(float(entry["time"]), "resumed", attempt, text, step=step))
+    return events
+
+
+def _timeline(
+    job: dict[str, Any], status: JobStatus, resumed: list[TimelineEvent]
+) -> list[TimelineEvent]:
+    submitted = TimelineEvent(job["created_at"], "submitted", 1, "submitted")
+    return sorted([submitted, *status.timeline, *resumed], key=lambda event: event.time)
+
+
+def _to_job(job: dict[str, Any], status: JobStatus, resumed: list[TimelineEvent]) -> Job:
     spec = stored_spec(job)
+    plan = restart_plan(spec)
     reason = status.reason
     if status.state == JobState.PENDING and reason is None:
         reason = "starting the replicas"
@@ -673,4 +701,8 @@ def _to_job(job: dict[str, Any], status: JobStatus) -> Job:
         reason=reason,
         failed_replica=status.failed_replica,
         last_lines=status.last_lines,
+        attempt=status.attempt,
+        max_restarts=plan.limit,
+        restart_scope=plan.scope,
+        timeline=_timeline(job, status, resumed),
     )

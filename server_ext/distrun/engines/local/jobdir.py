@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from distrun.core.entrypoint import argv as entrypoint_argv
-from distrun.core.job import JobState, ReplicaStatus
+from distrun.core.job import JobState, ReplicaStatus, TimelineEvent
 from distrun.core.spec import JobSpec, Limits
 from distrun.engines.local.private_files import write_private
 
@@ -30,6 +30,8 @@ class JobFiles:
         self.supervisor_log = job_dir / "supervisor.log"
         self.code = job_dir / "code"
         self.logs = job_dir / "logs"
+        # DISTRUN_CHECKPOINT_DIR: kept across the job's restarts (core/checkpoint_env.py).
+        self.checkpoints = job_dir / "checkpoints"
 
 
 @dataclass
@@ -60,6 +62,8 @@ class JobStatus:
     last_lines: list[str] = field(default_factory=list)
     # True once every replica is reaped and every log line written: nothing will change.
     finalized: bool = False
+    attempt: int = 1  # 1, then 2 once the whole job was restarted, ...
+    timeline: list[TimelineEvent] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -74,7 +78,15 @@ class JobStatus:
             ReplicaStatus(**{**replica, "state": JobState(replica["state"])})
             for replica in data["replicas"]
         ]
-        return cls(**{**data, "state": JobState(data["state"]), "replicas": replicas})
+        timeline = [TimelineEvent.from_json(event) for event in data.get("timeline", [])]
+        return cls(
+            **{
+                **data,
+                "state": JobState(data["state"]),
+                "replicas": replicas,
+                "timeline": timeline,
+            }
+        )
 
     @classmethod
     def pending(cls, spec: JobSpec) -> "JobStatus":

@@ -6,6 +6,7 @@ import os
 import socket
 import time
 
+from distrun.core.checkpoint_env import checkpoint_env
 from distrun.core.replica_env import Address, Addresses, mpi_hostfile, replica_env
 from distrun.engines.local.gpu_devices import Grant, grant_env, hide_gpus
 from distrun.engines.local.jobdir import JobFiles, Runtime, read_json, stored_spec
@@ -41,10 +42,7 @@ class Launch:
             if "gpus" in job
             else None
         )
-        names = self.spec.replica_names()
-        addresses = _loopback_addresses(names)
-        hostfile = self._write_hostfile(addresses)
-        self.envs = {name: self._replica_env(name, addresses, hostfile) for name in names}
+        self.envs = self.attempt_envs(0)
         self.started_at: float | None = None
         self.spawned: dict[str, Spawned] = {}
         self.failed: tuple[str, OSError] | None = None  # the replica that could not start
@@ -79,9 +77,20 @@ class Launch:
             return False
         return True
 
-    def _replica_env(self, name: str, addresses: Addresses, hostfile: str | None) -> dict[str, str]:
+    def attempt_envs(self, restart: int) -> dict[str, dict[str, str]]:
+        """Every replica's environment for the job's run number `restart` (0: the first), with
+        fresh ports: the last run's may still be held by connections closing."""
+        names = self.spec.replica_names()
+        addresses = _loopback_addresses(names)
+        hostfile = self._write_hostfile(addresses)
+        return {name: self._replica_env(name, addresses, hostfile, restart) for name in names}
+
+    def _replica_env(
+        self, name: str, addresses: Addresses, hostfile: str | None, restart: int
+    ) -> dict[str, str]:
         injected = replica_env(self.spec, self.job_id, name, addresses, hostfile_path=hostfile)
-        return {**os.environ, **injected, **self._gpu_env(name)}
+        checkpoints = checkpoint_env(str(self.files.checkpoints.resolve()), restart)
+        return {**os.environ, **injected, **checkpoints, **self._gpu_env(name)}
 
     def _gpu_env(self, name: str) -> dict[str, str]:
         if self.gpus is None:

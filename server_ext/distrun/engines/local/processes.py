@@ -222,3 +222,20 @@ def lower_priority(nice: int) -> None:
         os.setpriority(os.PRIO_PROCESS, 0, max(nice, os.getpriority(os.PRIO_PROCESS, 0)))
     with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as autogroup:
         autogroup.write(str(nice))  # absent without autogroup (or outside Linux): nothing to do
+
+
+def oom_kills() -> int | None:
+    """How many processes of this process's cgroup (v2) the kernel's OOM killer has ended so far,
+    or None where that is not known (cgroup v1, no cgroup file system, another OS)."""
+    try:
+        with open("/proc/self/cgroup") as file:
+            entries = [line.rstrip("\n").split(":", 2) for line in file]
+        path = next(entry[2] for entry in entries if entry[0] == "0")
+        with open(f"/sys/fs/cgroup{path}/memory.events") as file:
+            for line in file:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError, StopIteration):
+        return None
+    return None

@@ -12,9 +12,11 @@ import time
 import traceback
 from collections import deque
 
+from distrun.core.errors import EngineError
 from distrun.core.frameworks import FRAMEWORKS
-from distrun.core.job import JobState, ReplicaStatus
+from distrun.core.job import JobState, ReplicaStatus, TimelineEvent
 from distrun.core.logs import PARTIAL_MAX_CHARS
+from distrun.core.restarts import restart_plan
 from distrun.core.terminal import last_redraws, visible_line
 from distrun.engines.local import capabilities
 from distrun.engines.local.exits import ExitWatcher
@@ -32,6 +34,7 @@ from distrun.engines.local.processes import (
     describe_exit,
     is_retryable_exit,
     kill_job_processes,
+    oom_kills,
     spawn_replica,
 )
 
@@ -74,6 +77,7 @@ class _Replica:
         self.startup_timer: asyncio.TimerHandle | None = None
         self.hung_reason: str | None = None  # set when it was killed as hung at start-up
         self.stopped = False  # signalled to stop once the job's outcome was decided
+        self.stopped_for_restart = False  # killed by the supervisor to restart the whole job
         self.partial_shown = ""  # the unfinished line as last recorded for readers
         self.partial_timer: asyncio.TimerHandle | None = None
         self.partial_written_at = 0.0  # loop time
@@ -135,6 +139,9 @@ class Supervisor:
         self.status = JobStatus.pending(self.spec)
         self.replicas: dict[str, _Replica] = {}
         self.restarts = 0
+        self.plan = restart_plan(self.spec)
+        self._oom_kills = oom_kills()  # the cgroup's count when the attempt started
+        self._restarting: asyncio.Task[None] | None = None  # the whole job starting again
         self._outcome: asyncio.Future[None] | None = None
         self._stop_state = JobState.CANCELLED
         self._stop_reason = ""
@@ -150,6 +157,7 @@ class Supervisor:
             )
         self.status.state = JobState.RUNNING
         self.status.started_at = self.launch.started_at or time.time()
+        self._event(self.status.started_at, "started", "attempt 1 started")
         await self._attach_all()
         self.launch.close_interpreters()
         if self.spec.active_deadline_seconds is not None:
@@ -290,9 +298,15 @@ class Supervisor:
         self._drain(replica)
         status = replica.status
         status.exit_code = code
+        oom = code == -signal.SIGKILL and self._oom_killed()
         cause = replica.hung_reason if code != 0 and replica.hung_reason else describe_exit(code)
+        if oom:
+            cause = "killed by SIGKILL: out of memory (the kernel's OOM killer)"
         status.finished_at = time.time()
-        if self._outcome is not None and self._outcome.done():
+        if replica.stopped_for_restart:
+            replica.stopped_for_restart = False
+            status.state, status.reason = JobState.PENDING, "stopped: the whole job restarts"
+        elif self._outcome is not None and self._outcome.done():
             if replica.stopped or self.status.state != JobState.SUCCEEDED:
                 status.state, status.reason = self._stop_state, self._stop_reason
             else:  # ended on its own after the job succeeded: as its exit says
@@ -302,8 +316,13 @@ class Supervisor:
             status.state = JobState.SUCCEEDED
             self._check_success()
         elif self._may_restart(code):
-            self._restart(replica, cause)
+            self._record_failure(replica, code, cause, oom)
+            if self.plan.scope == "job":
+                self._restart_job(replica, cause)
+            else:
+                self._restart(replica, cause)
         else:
+            self._record_failure(replica, code, cause, oom)
             status.state = JobState.FAILED
             status.reason = cause
             self._fail(replica, f"{status.name} failed: {cause}")
@@ -311,20 +330,104 @@ class Supervisor:
         self._write_status()
 
     def _may_restart(self, code: int) -> bool:
-        policy = self.spec.restart_policy
-        if policy == "Never" or (policy == "ExitCode" and not is_retryable_exit(code)):
+        plan = self.plan
+        if plan.scope is None or (plan.policy == "ExitCode" and not is_retryable_exit(code)):
             return False
-        # backoff_limit counts restarts across the whole job, as the operator's RunPolicy does.
-        return self.restarts < self.spec.backoff_limit
+        if self._restarting is not None:  # the whole job is starting again already
+            return True
+        # The count is the whole job's, as the operator's RunPolicy backoffLimit is.
+        return self.restarts < plan.limit
 
     def _restart(self, replica: _Replica, cause: str) -> None:
         self.restarts += 1
         replica.status.restarts += 1
-        replica.note(
-            f"[distrun] restarting {replica.status.name} (restart {self.restarts}/"
-            f"{self.spec.backoff_limit} of the job) after {cause}"
+        text = (
+            f"restarting {replica.status.name} (restart {self.restarts}/{self.plan.limit} of "
+            f"the job) after {cause}"
         )
+        replica.note(f"[distrun] {text}")
+        self._event(time.time(), "restarting", text, replica=replica.status.name)
         self._start(replica)
+
+    def _restart_job(self, failed: _Replica, cause: str) -> None:
+        """Stops every replica at once (the failed one's peers would otherwise wait in a
+        collective until its timeout) and starts the whole job again once they are gone."""
+        failed.status.state, failed.status.reason = JobState.FAILED, cause
+        if self._restarting is not None:
+            return  # a second failure of the attempt being stopped
+        self.restarts += 1
+        text = (
+            f"restart {self.restarts}/{self.plan.limit} of the job: {failed.status.name} "
+            f"failed ({cause}); stopping every replica and starting them all again"
+        )
+        failed.note(f"[distrun] {text}")
+        self._event(time.time(), "restarting", text, replica=failed.status.name)
+        for replica in self.replicas.values():
+            if replica.running and replica is not failed:
+                replica.stopped_for_restart = True
+                replica.note(f"[distrun] stopped: {failed.status.name} failed, the job restarts")
+                _signal_group(replica, signal.SIGKILL)
+        self._restarting = asyncio.get_running_loop().create_task(self._start_again())
+
+    async def _start_again(self) -> None:
+        try:
+            await self._stop_and_start_all()
+        except (OSError, EngineError) as error:  # the job ends, not waits for replicas forever
+            traceback.print_exc()
+            reason = f"could not restart the job: {error!r}"
+            self._finish(JobState.FAILED, reason, JobState.CANCELLED, "stopped: restart failed")
+
+    async def _stop_and_start_all(self) -> None:
+        try:
+            stopping = [r.exited.wait() for r in self.replicas.values() if r.running]
+            await asyncio.gather(*stopping)
+            if self._outcome is None or self._outcome.done():  # cancelled meanwhile
+                return
+            # Anything an earlier attempt left behind outside its process groups goes too.
+            kill_job_processes(self.job_id, self.launch.mark)
+            envs = self.launch.attempt_envs(self.restarts)
+            self.status.attempt = self.restarts + 1
+            self._oom_kills = oom_kills()
+            self._event(time.time(), "started", f"attempt {self.status.attempt} started")
+            for name, replica in self.replicas.items():
+                replica.env = envs[name]
+                replica.status.restarts += 1
+                self._start(replica)
+                if self._outcome.done():  # one could not start
+                    break
+        finally:
+            self._restarting = None
+        self._write_status()
+
+    def _record_failure(self, replica: _Replica, code: int, cause: str, oom: bool) -> None:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else None
+        self._event(
+            time.time(),
+            "failed",
+            f"{replica.status.name} failed: {cause}",
+            replica=replica.status.name,
+            exit_code=code,
+            signal_name=name,
+            oom=oom,
+        )
+
+    def _oom_killed(self) -> bool:
+        now = oom_kills()
+        return now is not None and self._oom_kills is not None and now > self._oom_kills
+
+    def _event(
+        self,
+        at: float,
+        kind: str,
+        text: str,
+        replica: str | None = None,
+        exit_code: int | None = None,
+        signal_name: str | None = None,
+        oom: bool = False,
+    ) -> None:
+        attempt = self.status.attempt
+        event = TimelineEvent(at, kind, attempt, text, replica, exit_code, signal_name, oom)
+        self.status.timeline.append(event)
 
     def _check_success(self) -> None:
         completion = [
@@ -361,6 +464,7 @@ class Supervisor:
         self.status.state = state
         self.status.reason = reason
         self.status.finished_at = time.time()
+        self._event(self.status.finished_at, "ended", reason or f"the job {state.value}")
         self._stop_state, self._stop_reason = stop_state, stop_reason
         self._outcome.set_result(None)
         self._write_status()

@@ -1,0 +1,17 @@
+"""How a replica learns where its job keeps checkpoints and which attempt it is: environment
+variables, read by `distrun.checkpoint`. Standard library only (imported in replicas).
+
+DISTRUN_CHECKPOINT_DIR is a directory that outlives the job's restarts (and a "Run again" that
+resumes); DISTRUN_RESTART is the attempt's number, 0 for the first run of the job.
+"""
+
+CHECKPOINT_DIR_ENV = "DISTRUN_CHECKPOINT_DIR"
+RESTART_ENV = "DISTRUN_RESTART"
+# In the checkpoint directory: a JSON line per resume ({"time", "restart", "step"}), appended by
+# `distrun.checkpoint.load` on rank 0, read by the engine into the job's timeline.
+RESUMED_FILE = ".distrun-resumed.jsonl"
+
+
+def checkpoint_env(directory: str, restart: int) -> dict[str, str]:
+    """The variables that give a replica of attempt `restart` its checkpoint `directory`."""
+    return {CHECKPOINT_DIR_ENV: directory, RESTART_ENV: str(restart)}
