@@ -298,18 +298,63 @@ class KernelActionHandler(FrontHandler):
         self.relay(await self.upstream(f"/api/kernels/{kernel_id}/{action}", "POST", b"{}"))
 
 
+class ChannelSessions:
+    """At most one upstream websocket per kernel session at EG, ever.
+
+    EG (jupyter_server 1) "replaces the stale connection" when a second websocket of the same
+    kernel and session_id arrives while the first is open, and the second then hangs. Browsers
+    reconnect with the same session_id at once (JupyterLab does after a refused subprotocol or
+    a network blip), often before the first connection's close has reached EG. So a new
+    connection of a session first retires the one it replaces: closes it both ways and waits
+    until EG has closed its end (or `retire_timeout` passed), then connects.
+    """
+
+    retire_timeout = 10.0
+
+    def __init__(self) -> None:
+        self._holders: dict[str, ChannelsHandler] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def connect(
+        self, key: str, handler: "ChannelsHandler"
+    ) -> websocket.WebSocketClientConnection:
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            stale = self._holders.get(key)
+            if stale is not None:
+                log.info("session %s connected again: closing its previous websocket first", key)
+                await stale.retire(self.retire_timeout)
+            peer = await handler.connect_upstream()
+            self._holders[key] = handler
+            return peer
+
+    def release(self, key: str, handler: "ChannelsHandler") -> None:
+        """`handler`'s upstream end is closed: EG holds no websocket of the session now."""
+        if self._holders.get(key) is handler:
+            del self._holders[key]
+        lock = self._locks.get(key)
+        if key not in self._holders and lock is not None and not lock.locked():
+            del self._locks[key]
+
+
 class ChannelsHandler(websocket.WebSocketHandler):
     """The kernel's websocket, piped to EG's after the caller proved they own the kernel."""
 
     config: FrontConfig
     owners: OwnerStore
+    sessions: ChannelSessions
     kernel_id: str
 
-    def initialize(self, config: FrontConfig, owners: OwnerStore) -> None:
+    def initialize(
+        self, config: FrontConfig, owners: OwnerStore, sessions: ChannelSessions
+    ) -> None:
         self.config = config
         self.owners = owners
+        self.sessions = sessions
         self.peer: websocket.WebSocketClientConnection | None = None
         self.pump: asyncio.Task[None] | None = None
+        self.session_key = ""
+        self.upstream_closed = asyncio.Event()
 
     async def get(self, *args: str, **kwargs: str) -> None:
         verdict = authenticate(self.config, self.request.headers)
@@ -319,8 +364,10 @@ class ChannelsHandler(websocket.WebSocketHandler):
         self.kernel_id = kwargs["kernel_id"]
         if await asyncio.to_thread(self.owners.owner, self.kernel_id) != username:
             return self._refuse(404, f"no kernel {self.kernel_id}")
+        session_id = self.get_query_argument("session_id", "") or uuid.uuid4().hex
+        self.session_key = f"{self.kernel_id}:{session_id}"
         try:
-            self.peer = await self._connect_upstream()
+            self.peer = await self.sessions.connect(self.session_key, self)
         except (OSError, websocket.WebSocketError, httpclient.HTTPClientError) as exc:
             log.error("cannot open the gateway websocket of %s: %s", self.kernel_id, exc)
             return self._refuse(502, "the kernel gateway is not reachable")
@@ -332,13 +379,33 @@ class ChannelsHandler(websocket.WebSocketHandler):
         self.write(json.dumps({"message": message}))
         self.finish()
 
-    async def _connect_upstream(self) -> websocket.WebSocketClientConnection:
+    async def connect_upstream(self) -> websocket.WebSocketClientConnection:
         url = self.config.upstream.replace("http", "ws", 1) + (self.request.uri or "")
         headers = HTTPHeaders({"Authorization": f"token {self.config.upstream_token}"})
         request = httpclient.HTTPRequest(url, headers=headers, request_timeout=30)
         peer = await websocket.websocket_connect(request)
         _nodelay(getattr(peer, "stream", None))
         return peer
+
+    async def retire(self, timeout: float) -> None:
+        """Closes this connection both ways; returns once EG closed its end (or `timeout`)."""
+        assert self.peer is not None
+        self.peer.close()
+        if self.ws_connection is not None:
+            self.close(1001, "replaced by a newer connection of the same session")
+        try:
+            await asyncio.wait_for(self._upstream_end(), timeout)
+        except asyncio.TimeoutError:
+            log.warning("EG did not close the replaced websocket of %s", self.session_key)
+        self.sessions.release(self.session_key, self)
+
+    async def _upstream_end(self) -> None:
+        if self.pump is not None:
+            await self.upstream_closed.wait()
+            return
+        assert self.peer is not None  # never opened downstream: nobody else reads EG's end
+        while await self.peer.read_message() is not None:
+            pass
 
     def open(self, *args: str, **kwargs: str) -> None:
         self.set_nodelay(True)
@@ -354,6 +421,8 @@ class ChannelsHandler(websocket.WebSocketHandler):
                 await self.write_message(message, binary=isinstance(message, bytes))
             except websocket.WebSocketClosedError:
                 break
+        self.upstream_closed.set()
+        self.sessions.release(self.session_key, self)
         self.close()
 
     def on_message(self, message: str | bytes) -> Awaitable[None] | None:
@@ -363,9 +432,7 @@ class ChannelsHandler(websocket.WebSocketHandler):
 
     def on_close(self) -> None:
         if self.peer is not None:
-            self.peer.close()
-        if self.pump is not None:
-            self.pump.cancel()
+            self.peer.close()  # the pump reads on to EG's close, then releases the session
 
 
 class NotFoundHandler(web.RequestHandler):
@@ -389,6 +456,7 @@ def _nodelay(stream: Any) -> None:
 def make_app(config: FrontConfig) -> web.Application:
     owners = OwnerStore(config.state_dir)
     context = {"config": config, "owners": owners}
+    channels = {**context, "sessions": ChannelSessions()}
     return web.Application(
         [
             (r"/healthz", HealthHandler),
@@ -403,7 +471,7 @@ def make_app(config: FrontConfig) -> web.Application:
                 KernelActionHandler,
                 context,
             ),
-            (rf"/api/kernels/{KERNEL_ID}/channels", ChannelsHandler, context),
+            (rf"/api/kernels/{KERNEL_ID}/channels", ChannelsHandler, channels),
         ],
         default_handler_class=NotFoundHandler,
         websocket_ping_interval=30,
@@ -429,7 +497,7 @@ def main() -> None:
         revoke_tokens(config.revocations, sys.argv[2])
         log.info("every gateway token of %s issued until now is void", sys.argv[2])
         return
-    address = os.environ.get("DISTRUN_FRONT_IP", "0.0.0.0")
+    address = os.environ.get("DISTRUN_FRONT_IP", "127.0.0.1")  # the chart sets the pod's
     port = int(os.environ.get("DISTRUN_FRONT_PORT", "8888"))
     asyncio.run(serve(config, address, port))
 

@@ -22,3 +22,16 @@ async def test_jobs_belong_to_the_os_user_and_every_token_request_sees_them(jp_f
     assert job["owner"] == getpass.getuser()
     listed = json.loads((await jp_fetch("distrun", "jobs")).body)["jobs"]
     assert [j["id"] for j in listed] == [job["id"]]
+
+
+async def test_on_a_hub_singleuser_server_the_authenticated_user_owns_jobs_whatever_the_provider(
+    jp_fetch: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # JupyterHub's legacy single-user mode keeps jupyter_server's own identity provider, but
+    # every request is a hub user's: the OS account (jovyan for every KubeSpawner pod) is not.
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "hub-token")
+    body = json.dumps({"spec": {"framework": "generic", "code": ""}})
+    job = json.loads((await jp_fetch("distrun", "jobs", method="POST", body=body)).body)
+    # The test server's provider names each token request anew; tests/hub runs a real hub.
+    assert job["owner"] and job["owner"] != getpass.getuser()

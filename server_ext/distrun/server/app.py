@@ -8,7 +8,7 @@ import asyncio
 import gc
 import getpass
 import os
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +63,9 @@ class DistrunApp(ExtensionApp):
             "Who owns a job. 'username': the authenticated user's name (JupyterHub). "
             "'os_user': the OS user running the server, for every authenticated request (a "
             "single-user server, whose default identity provider invents anonymous names; the "
-            "distrun CLI uses the same owner). 'auto': 'os_user' with jupyter_server's own "
-            "identity providers, 'username' with any other (JupyterHub's or a custom one)."
+            "distrun CLI uses the same owner). 'auto': 'username' on a JupyterHub single-user "
+            "server (as an extension or not) and with any identity provider but "
+            "jupyter_server's own, 'os_user' otherwise."
         ),
     )
     max_replicas = Int(Limits.max_replicas, config=True, help="Most replicas in one job.")
@@ -195,6 +196,8 @@ class DistrunApp(ExtensionApp):
     def _owner_source(self) -> str:
         if self.owner_source != "auto":
             return str(self.owner_source)
+        if is_hub_singleuser(os.environ):
+            return "username"
         provider = type(self.serverapp.identity_provider) if self.serverapp else None
         return "os_user" if provider in _ANONYMOUS_IDENTITY_PROVIDERS else "username"
 
@@ -206,6 +209,14 @@ class DistrunApp(ExtensionApp):
         for name, factory in self.engine_factories.items():
             engines[name] = factory(self)
         return engines
+
+
+def is_hub_singleuser(environ: Mapping[str, str]) -> bool:
+    """A JupyterHub single-user server, whatever its mode: JupyterHub gives every one it spawns
+    its user and API token. Without the single-user extension (JUPYTERHUB_SINGLEUSER_EXTENSION=0)
+    the identity provider is jupyter_server's own, but the hub still authenticates each request
+    as a hub user: that user, not the OS account every KubeSpawner pod shares, owns the jobs."""
+    return bool(environ.get("JUPYTERHUB_USER") and environ.get("JUPYTERHUB_API_TOKEN"))
 
 
 def point_kernels_here(serverapp: Any, environ: MutableMapping[str, str]) -> Path | None:
