@@ -71,6 +71,7 @@ SCALAR_FIELDS = (
     "engine",
     "namespace",
     "restart_policy",
+    "restart",
     "clean_pod_policy",
     "queue",
     "priority_class",
@@ -156,6 +157,8 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
                        metavar="A,B", help="files to ship, relative to FILE's directory")  # fmt: skip
     group.add_argument("--restart-policy", help="Never, OnFailure, Always or ExitCode")
     group.add_argument("--backoff-limit", type=_count, metavar="N")
+    group.add_argument("--restart", help="what a failure restarts: job or replica")
+    group.add_argument("--max-restarts", type=_count, metavar="N", help="restarts of the job")
     group.add_argument("--deadline", type=_count, metavar="SECONDS")
     group.add_argument("--startup-timeout", type=_count, metavar="SECONDS")
     group.add_argument("--clean-pod-policy", help="None, Running or All")
@@ -260,6 +263,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
         overrides["env"] = dict(args.env)
     if args.backoff_limit is not None:
         overrides["backoff_limit"] = args.backoff_limit
+    if args.max_restarts is not None:
+        overrides["max_restarts"] = args.max_restarts
     if args.deadline is not None:
         overrides["active_deadline_seconds"] = args.deadline
     if args.startup_timeout is not None:
