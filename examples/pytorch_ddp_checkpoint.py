@@ -3,8 +3,11 @@
 Run it with restarts asked for (`%maxRestarts=3`): when a replica dies, distrun stops every
 replica and starts the whole job again; `checkpoint.load()` then returns the newest complete
 checkpoint from DISTRUN_CHECKPOINT_DIR and training goes on from the step after it. The data of
-a step depends only on the step and the rank, so a run that was restarted ends with exactly the
-weights of one that never was.
+a step depends only on the step and the rank, so a run that was restarted repeats the losses of
+one that never was; with two ranks it ends with the very same weights, bit for bit. (With more,
+the last bits may differ: DDP lays its gradient bucket out anew after the first step of every
+process, and gloo's ring all-reduce adds three or more numbers in an order that follows that
+layout.)
 """
 
 import hashlib

@@ -32,7 +32,10 @@ export function formatStatus(job: IJob, trans: ITrans, now?: number): string {
         ? trans.__('pending: %1', describeWaiting(job.reason, trans))
         : trans.__('pending');
     case 'running':
-      return trans.__('running %1/%2', job.replicas_running, total);
+      return (
+        trans.__('running %1/%2', job.replicas_running, total) +
+        formatAttempt(job, trans)
+      );
     case 'succeeded': {
       const took = jobDuration(job, now);
       return took === null
@@ -44,6 +47,19 @@ export function formatStatus(job: IJob, trans: ITrans, now?: number): string {
     case 'failed':
       return formatFailure(job, trans);
   }
+}
+
+/** `, attempt 2 of 4 after worker-1 failed: ...` once the job was restarted, else nothing. */
+export function formatAttempt(job: IJob, trans: ITrans): string {
+  const attempt = job.attempt ?? 1;
+  if (attempt <= 1) {
+    return '';
+  }
+  const of = (job.max_restarts ?? 0) + 1;
+  const failure = job.last_failure;
+  return failure
+    ? trans.__(', attempt %1 of %2 after %3', attempt, of, failure.text)
+    : trans.__(', attempt %1 of %2', attempt, of);
 }
 
 /** Which device or share each replica got ("worker-0: GPU 1 (GPU-…)"); null if none. */

@@ -36,6 +36,19 @@ export interface IJobSpec {
   [field: string]: unknown;
 }
 
+/** One moment of a job's life (submitted, started, failed, restarting, resumed, ended). */
+export interface ITimelineEvent {
+  time: number;
+  kind: string;
+  attempt: number;
+  text: string;
+  replica: string | null;
+  exit_code: number | null;
+  signal: string | null;
+  oom: boolean;
+  step: number | null;
+}
+
 export interface IJob {
   id: string;
   name: string;
@@ -52,6 +65,12 @@ export interface IJob {
   reason: string | null;
   failed_replica: string | null;
   last_lines: string[];
+  /** Which run of the job this is (1, then 2 after a whole-job restart); absent: older servers. */
+  attempt?: number;
+  max_restarts?: number;
+  restart_scope?: 'job' | 'replica' | null;
+  timeline?: ITimelineEvent[];
+  last_failure?: ITimelineEvent | null;
 }
 
 export interface IJobList {

@@ -71,6 +71,32 @@ describe('formatStatus', () => {
     expect(formatStatus(job('running', replicas), trans)).toBe('running 1/2');
   });
 
+  it('says which attempt a restarted job runs and why the last one ended', () => {
+    const replicas = [replica('worker-0', 'running')];
+    const failure = {
+      time: 10,
+      kind: 'failed',
+      attempt: 1,
+      text: 'worker-0 failed: killed by SIGKILL (out of memory?)',
+      replica: 'worker-0',
+      exit_code: -9,
+      signal: 'SIGKILL',
+      oom: false,
+      step: null
+    };
+    const restarted = job('running', replicas, {
+      attempt: 2,
+      max_restarts: 3,
+      last_failure: failure
+    });
+    expect(formatStatus(restarted, trans)).toBe(
+      'running 1/1, attempt 2 of 4 after worker-0 failed: killed by SIGKILL (out of memory?)'
+    );
+    expect(formatStatus(job('running', replicas, { attempt: 1 }), trans)).toBe(
+      'running 1/1'
+    );
+  });
+
   it('says how long a successful job took', () => {
     const done = job('succeeded', [replica('worker-0', 'succeeded', 0)], {
       finished_at: 172
