@@ -1,8 +1,8 @@
 """How a replica learns where its job keeps checkpoints and which attempt it is: environment
 variables, read by `distrun.checkpoint`. Standard library only (imported in replicas).
 
-DISTRUN_CHECKPOINT_DIR is a directory that outlives the job's restarts (and a "Run again" that
-resumes); DISTRUN_RESTART is the attempt's number, 0 for the first run of the job.
+DISTRUN_CHECKPOINT_DIR is a directory that outlives the job's restarts; DISTRUN_RESTART is the
+run's number, 0 for the first run of the job.
 """
 
 CHECKPOINT_DIR_ENV = "DISTRUN_CHECKPOINT_DIR"

@@ -1,0 +1,134 @@
+"""The chaos tier: real PyTorch DDP over gloo through the local engine, a random replica killed
+with SIGKILL at random moments three times in one run. The job recovers by itself (whole-job
+restart, resume from the last checkpoint) and ends with exactly the weights of a run that was
+never disturbed."""
+
+import asyncio
+import json
+import os
+import random
+import re
+import signal
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from pathlib import Path
+
+import pytest
+
+from distrun.core.job import JobState
+from distrun.core.logs import JobUpdate, LogBatch
+from distrun.core.spec import JobSpec, Limits
+from distrun.engines.local.engine import LocalEngine
+from tests.conftest import kill_every_job
+
+from .harness import OWNER, assert_succeeded, describe, example_code, needs_module, run_to_end
+
+pytestmark = [pytest.mark.integration, pytest.mark.training, needs_module("torch")]
+
+KILLS = 3
+STEPS = 60
+SEED = int(os.environ.get("DISTRUN_CHAOS_SEED", "20261126"))
+STARTS_RE = re.compile(r"^rank 0 starts at step (\d+) \(restart (\d+)\)$")
+STEP_RE = re.compile(r"^step (\d+) loss=")
+SHA_RE = re.compile(r"^weights_sha=([0-9a-f]{64})$")
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[LocalEngine]:
+    """A real local engine whose replicas run at the machine's own priority: on a busy shared
+    machine, niced replicas that import torch afresh on every restart would starve."""
+    engine = LocalEngine(tmp_path / "state", Limits(), grace_seconds=1.0, nice=0)
+    yield engine
+    await engine.close()
+    kill_every_job(tmp_path / "state")
+
+
+def chaos_spec() -> JobSpec:
+    return JobSpec.from_dict(
+        {
+            "framework": "pytorch",
+            "name": "chaos",
+            # Two ranks: gloo's ring all-reduce then adds a + b, the same bits in any layout.
+            # With three, an element's sum order follows its place in DDP's bucket, which DDP
+            # rebuilds after the first step of every process: a resumed run would differ from
+            # an undisturbed one in the last bits, though not in the loss it prints.
+            "roles": {"master": {"replicas": 1}, "worker": {"replicas": 1}},
+            "code": example_code("pytorch_ddp_checkpoint.py"),
+            "env": {
+                "OMP_NUM_THREADS": "1",
+                "TRAIN_STEPS": str(STEPS),
+                "CHECKPOINT_EVERY": "5",
+                "STEP_SECONDS": "0.05",
+            },
+            "max_restarts": KILLS,
+        }
+    )
+
+
+def final_shas(printed: dict[str, list[str]]) -> set[str]:
+    return {m[1] for lines in printed.values() for line in lines if (m := SHA_RE.match(line))}
+
+
+@pytest.mark.timeout(1800)
+async def test_three_random_kills_recover_to_the_undisturbed_runs_exact_weights(
+    engine: LocalEngine,
+) -> None:
+    local_engine = engine
+    undisturbed, quiet = await run_to_end(local_engine, chaos_spec(), timeout=900)
+    assert_succeeded(undisturbed, quiet)
+    expected = final_shas(quiet)
+    assert len(expected) == 1, f"the ranks disagree: {expected}"
+
+    rng = random.Random(SEED)
+    job = await local_engine.submit(chaos_spec(), OWNER)
+    printed: dict[str, list[str]] = defaultdict(list)
+    progress = {"restart": -1, "start": 0, "step": -1}  # of rank 0 in the newest run
+    last = job
+
+    async def follow() -> None:
+        nonlocal last
+        async with aclosing(local_engine.follow(job.id, OWNER)) as events:
+            async for event in events:
+                if isinstance(event, JobUpdate):
+                    last = event.job
+                    continue
+                if not isinstance(event, LogBatch):
+                    continue
+                for line in event.lines:
+                    printed[line.replica].append(line.text)
+                    if line.replica != "master-0":
+                        continue
+                    if started := STARTS_RE.match(line.text):
+                        progress.update(start=int(started[1]), restart=int(started[2]), step=-1)
+                    elif stepped := STEP_RE.match(line.text):
+                        progress["step"] = int(stepped[1])
+
+    following = asyncio.create_task(follow())
+    killed = []
+    try:
+        async with asyncio.timeout(900):
+            for kill in range(KILLS):
+                steps_in = rng.randint(6, 14)  # a random moment, past one checkpoint of this run
+                while not (
+                    progress["restart"] == kill and progress["step"] >= progress["start"] + steps_in
+                ):
+                    assert not following.done(), f"the job ended early\n{describe(printed)}"
+                    await asyncio.sleep(0.01)
+                victim = rng.choice(["master-0", "worker-0"])
+                status = json.loads((local_engine._jobs_dir / job.id / "status.json").read_text())
+                os.kill(status["pids"][victim], signal.SIGKILL)
+                killed.append((victim, progress["step"]))
+            await following
+    finally:
+        following.cancel()
+    final = await local_engine.get_job(job.id, OWNER)
+
+    assert_succeeded(final, printed)
+    assert final.attempt == KILLS + 1, describe(printed)
+    failures = [e for e in final.timeline if e.kind == "failed"]
+    assert [(e.replica, e.signal) for e in failures] == [(v, "SIGKILL") for v, _ in killed]
+    resumed = [e.step for e in final.timeline if e.kind == "resumed"]
+    assert len(resumed) == KILLS, (resumed, killed)
+    assert final_shas(printed) == expected, f"kills {killed}\n{describe(printed)}"
+    assert last.state == JobState.SUCCEEDED
