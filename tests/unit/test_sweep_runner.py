@@ -9,8 +9,15 @@ from typing import Any
 
 import pytest
 
-from distrun.client.base import LinesEvent, StatusEvent
-from distrun.client.sweep_runner import SweepRun, progress_line, results_table, sweep_of
+from distrun.client.base import LinesEvent, LogPage, StatusEvent
+from distrun.client.sweep_runner import (
+    SweepRun,
+    progress_line,
+    results_table,
+    resume,
+    sweep_of,
+)
+from distrun.core.errors import NotFound
 from distrun.core.logs import LogLine
 from distrun.core.spec import JobSpec
 from distrun.core.sweep import EarlyStop, Objective, Param, SweepSpec, Uniform, Values
@@ -231,3 +238,106 @@ async def test_asha_stops_trials_behind_at_a_rung_and_keeps_the_best() -> None:
         assert trial.stopped_rung in (0, 1)
         assert trial.history[-1][0] == (1, 3)[trial.stopped_rung or 0], "stopped at its rung"
     assert "stopped (step 1)" in results_table(run) or "stopped (step 3)" in results_table(run)
+
+
+class BatchClient(CurveClient):
+    """Each job's steps 1..9 arrive in one batch, as when a loaded machine reads a log late."""
+
+    async def follow(
+        self, job_id: str, since: Any = None, replicas: list[str] | None = None
+    ) -> AsyncIterator[Any]:
+        lines = [event async for event in super().follow(job_id, since, replicas)]
+        said = [line for event in lines if isinstance(event, LinesEvent) for line in event.lines]
+        yield LinesEvent(said)
+        yield lines[-1]
+
+
+async def test_a_batch_of_many_steps_is_judged_at_each_report() -> None:
+    stop = EarlyStop("asha", after=1, reduction=3)
+    run = SweepRun(BatchClient(), TEMPLATE, sweep((0.3, 1.0), stop, parallel=1))  # type: ignore[arg-type]
+    trials = await run.run()
+    assert trials[1].state == "stopped" and trials[1].stopped_rung == 0
+    assert trials[1].history[-1][0] == 1, "stopped at its first report behind, not its last"
+
+
+class SlowCancelClient(CurveClient):
+    """Cancelling a job takes a while (its processes are stopped, its state written)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancelling: set[str] = set()
+        self.cancelling_at_submit: list[set[str]] = []
+
+    async def submit(self, spec: JobSpec) -> dict[str, Any]:
+        self.cancelling_at_submit.append(set(self.cancelling))
+        return await super().submit(spec)
+
+    async def cancel(self, job_id: str) -> dict[str, Any]:
+        self.cancelling.add(job_id)
+        await asyncio.sleep(0.3)
+        self.cancelling.discard(job_id)
+        return await super().cancel(job_id)
+
+
+async def test_a_stopped_trial_frees_its_slot_at_once_not_when_its_job_has_ended() -> None:
+    client = SlowCancelClient()
+    stop = EarlyStop("asha", after=1, reduction=3)
+    run = SweepRun(client, TEMPLATE, sweep((0.3, 1.0, 0.31), stop, parallel=1))  # type: ignore[arg-type]
+    trials = await run.run()
+    assert trials[1].state == "stopped"
+    assert "job-1" in client.cancelling_at_submit[2], "trial 2 started while 1 was cancelled"
+
+
+class ListingClient(CurveClient):
+    """Also lists its jobs and gives their logs back, as a resumed sweep reads them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: dict[str, list[LogLine]] = {}
+
+    async def submit(self, spec: JobSpec) -> dict[str, Any]:
+        job = await super().submit(spec)
+        job["created_at"] = float(len(self.jobs))
+        return job
+
+    async def follow(
+        self, job_id: str, since: Any = None, replicas: list[str] | None = None
+    ) -> AsyncIterator[Any]:
+        async for event in super().follow(job_id, since, replicas):
+            if isinstance(event, LinesEvent):
+                self.said.setdefault(job_id, []).extend(event.lines)
+            yield event
+
+    async def list_jobs(self) -> list[dict[str, Any]]:
+        return [dict(job) for job in self.jobs.values()]
+
+    async def logs(self, job_id: str, replicas: list[str] | None = None) -> LogPage:
+        return LogPage(list(self.said.get(job_id, [])), {})
+
+
+async def test_a_resumed_tpe_sweep_learns_its_ended_trials_and_starts_only_the_rest() -> None:
+    client = ListingClient()
+    first = SweepRun(client, TEMPLATE, tpe_sweep(8, parallel=1))  # type: ignore[arg-type]
+
+    def interrupt(run: SweepRun) -> None:
+        if run.counts().get("succeeded") == 4:
+            asyncio.get_running_loop().create_task(run.cancel())
+
+    first.on_change = interrupt
+    await first.run()
+    assert first.counts() == {"succeeded": 4, "queued": 4}
+    again = await resume(client, first.id)  # type: ignore[arg-type]
+    assert again.sweep == first.sweep and again.template.name == "fit"
+    assert "DISTRUN_SWEEP" not in again.template.env and "DISTRUN_PARAMS" not in again.template.env
+    assert [t.params for t in again.trials[:4]] == [t.params for t in first.trials[:4]]
+    assert [t.history for t in again.trials[:4]] == [t.history for t in first.trials[:4]]
+    trials = await again.run()
+    assert [t.state for t in trials] == ["succeeded"] * 8
+    assert len(client.jobs) == 8, "the four ended trials were not run again"
+    assert [sweep_of(job) for job in client.jobs.values()] == [(first.id, n) for n in range(8)]
+    assert [t.origin for t in trials[4:]] == ["tpe"] * 4, "the model learned the first four"
+
+
+async def test_resuming_a_sweep_no_job_names_is_a_clear_error() -> None:
+    with pytest.raises(NotFound, match="no sweep 'sweep-nope' among your jobs"):
+        await resume(ListingClient(), "sweep-nope")  # type: ignore[arg-type]

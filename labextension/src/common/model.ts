@@ -138,8 +138,13 @@ export interface ISweepTrial {
   number: number;
   job_id: string;
   params: Record<string, number | string>;
-  /** The job's state, or 'stopped' when the median rule stopped it. */
+  /** In a tpe/bayes search, what proposed its parameters: the model or a first random draw. */
+  origin?: 'tpe' | 'random' | null;
+  /** The job's state, or 'stopped' when the sweep's stopping rule (median, asha) stopped it. */
   state: JobState | 'stopped';
+  /** asha: the rung (0 the first) and its step where the trial was stopped. */
+  rung?: number | null;
+  rung_step?: number | null;
   objective: number | null;
   started_at: number | null;
   finished_at: number | null;

@@ -1,6 +1,6 @@
 /**
- * A sweep's results table, as data: its columns (trial, each parameter, state, the objective,
- * the other final metrics, duration) and its rows sorted by any column. Pure, so the sort
+ * A sweep's results table, as data: its columns (trial, each parameter, what proposed them in
+ * a model search, state, the objective, the other final metrics, duration) and its rows sorted by any column. Pure, so the sort
  * rules are tested without a browser; sweepview.ts draws it.
  */
 
@@ -29,6 +29,15 @@ export function columns(sweep: ISweep, trans: ITrans): IColumn[] {
       label: name,
       value: (trial: ISweepTrial) => trial.params[name] ?? null
     })),
+    ...(isModelSearch(sweep)
+      ? [
+          {
+            key: 'origin',
+            label: trans.__('proposed by'),
+            value: (trial: ISweepTrial) => trial.origin ?? null
+          }
+        ]
+      : []),
     { key: 'state', label: trans.__('state'), value: trial => trial.state },
     ...(objective
       ? [
@@ -50,6 +59,19 @@ export function columns(sweep: ISweep, trans: ITrans): IColumn[] {
       value: (trial, now) => trialSeconds(trial, now)
     }
   ];
+}
+
+/** Whether the sweep's trials are proposed by a model (tpe, bayes) from the results so far. */
+export function isModelSearch(sweep: ISweep): boolean {
+  const search = sweep.definition?.search;
+  return search === 'tpe' || search === 'bayes';
+}
+
+/** A trial's state in words: a stopped trial says the step of the asha rung it stopped at. */
+export function stoppedLabel(trial: ISweepTrial, trans: ITrans): string {
+  return typeof trial.rung_step === 'number'
+    ? trans.__('stopped at step %1', trial.rung_step)
+    : trans.__('stopped');
 }
 
 /** Metrics other than the objective that the trials reported, most reported first. */

@@ -22,7 +22,8 @@ import {
   IColumn,
   progressText,
   SortDirection,
-  sortTrials
+  sortTrials,
+  stoppedLabel
 } from './sweeptable';
 
 const POLL_INTERVAL_MS = 2000;
@@ -260,9 +261,33 @@ export class SweepView extends Panel {
         badge.dataset.state = trial.state;
         badge.textContent =
           trial.state === 'stopped'
-            ? this._trans.__('stopped')
+            ? stoppedLabel(trial, this._trans)
             : stateLabel(trial.state as JobState, this._trans);
+        if (typeof trial.rung === 'number') {
+          badge.dataset.rung = String(trial.rung);
+          badge.title = this._trans.__(
+            'Stopped by asha at rung %1 (step %2): behind the trials that reached it',
+            trial.rung,
+            trial.rung_step ?? ''
+          );
+        }
         cell.append(badge);
+      } else if (col.key === 'origin') {
+        cell.textContent =
+          trial.origin === 'tpe'
+            ? this._trans.__('model')
+            : trial.origin === 'random'
+              ? this._trans.__('random')
+              : '';
+        if (trial.origin) {
+          cell.dataset.origin = trial.origin;
+          cell.title =
+            trial.origin === 'tpe'
+              ? this._trans.__(
+                  'Proposed by the model from the trials before it'
+                )
+              : this._trans.__('Drawn at random before the model had results');
+        }
       } else {
         cell.textContent =
           col.key === 'duration' && typeof value === 'number'

@@ -53,6 +53,7 @@ from distrun.core.version import distrun_version
 from distrun.engines.local import capabilities
 
 if TYPE_CHECKING:
+    from distrun.client.sweep_runner import SweepRun
     from distrun.core.sweep import SweepSpec
 
 ROLE_FLAGS = {  # role -> its flags; plural forms as the %%distrun magic accepts them
@@ -219,7 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = commands.add_parser(
         "sweep", parents=[backend], help="run FILE's parameter sweep and print its results"
     )
-    sweep.add_argument("file", metavar="FILE", help="a cell whose header declares %%sweep.<name>=")
+    sweep.add_argument(
+        "file", metavar="FILE", nargs="?", help="a cell whose header declares %%sweep.<name>="
+    )
+    sweep.add_argument(
+        "--resume",
+        metavar="SWEEP",
+        help="go on with a sweep whose runner stopped, from its trials (no FILE)",
+    )
     sweep.add_argument(
         "--katib",
         action="store_true",
@@ -395,11 +403,20 @@ async def _sweep_on_katib(client: Client, template: JobSpec, sweep: "SweepSpec")
 
 
 async def cmd_sweep(client: Client, args: argparse.Namespace) -> int:
-    """Runs the file's sweep to its end (Ctrl-C cancels the trials still running); 1 when
-    every trial failed."""
-    from distrun.client.sweep_runner import SweepRun, progress_printer, results_table
+    """Runs the file's sweep to its end (Ctrl-C cancels the trials still running), or goes on
+    with one whose runner stopped (`--resume SWEEP`); 1 when every trial failed."""
+    from distrun.client.sweep_runner import SweepRun, progress_printer, resume
     from distrun.core.header import parse_cell
 
+    if args.resume is not None:
+        if args.file is not None or args.katib:
+            raise SpecError("--resume SWEEP goes on with a sweep from its trials: give no FILE")
+        run = await resume(client, args.resume, on_change=progress_printer(_print))
+        left = sum(trial.job_id is None for trial in run.trials)
+        _print(f"[distrun] sweep {run.id} resumed: {left} of {len(run.trials)} trials to start")
+        return await _drive_sweep(run)
+    if args.file is None:
+        raise SpecError("distrun sweep needs FILE (a cell with a sweep) or --resume SWEEP")
     text = _read_source(args.file)
     sweep = parse_cell(text).sweep
     if sweep is None:
@@ -411,6 +428,12 @@ async def cmd_sweep(client: Client, args: argparse.Namespace) -> int:
         return await _sweep_on_katib(client, template, sweep)
     run = SweepRun(client, template, sweep, on_change=progress_printer(_print))
     _print(f"[distrun] sweep {run.id}: {len(run.trials)} trials, {sweep.parallel} at a time")
+    return await _drive_sweep(run)
+
+
+async def _drive_sweep(run: "SweepRun") -> int:
+    from distrun.client.sweep_runner import results_table
+
     runner = asyncio.ensure_future(run.run())
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, runner.cancel)
@@ -418,6 +441,7 @@ async def cmd_sweep(client: Client, args: argparse.Namespace) -> int:
         await runner
     except asyncio.CancelledError:
         _print(f"[distrun] interrupted: sweep {run.id}'s running trials cancelled")
+        _print(f"[distrun] go on with it later: distrun sweep --resume {run.id}")
         return EXIT_INTERRUPTED
     finally:
         loop.remove_signal_handler(signal.SIGINT)

@@ -11,6 +11,7 @@ and which sweep and trial it is in its environment (core/trial_env.py).
 
 import asyncio
 import dataclasses
+import json
 import secrets
 import time
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from typing import Any
 
 from distrun.client.base import Client, LinesEvent, StatusEvent
 from distrun.core.early_stop import rung_of, rung_step, stop_rung
-from distrun.core.errors import DistrunError
+from distrun.core.errors import DistrunError, NotFound, SpecError
 from distrun.core.logs import LogLine
 from distrun.core.metric_series import MetricSeries
 from distrun.core.search import Outcome, Search, searcher
@@ -28,11 +29,20 @@ from distrun.core.sweep import (
     MODEL_SEARCHES,
     SweepSpec,
     Value,
+    from_dict,
     objective_value,
     to_dict,
     trial_count,
 )
-from distrun.core.trial_env import trial_env, trial_of
+from distrun.core.trial_env import (
+    ORIGIN_ENV,
+    PARAM_ENV_PREFIX,
+    PARAMS_ENV,
+    sweep_definition,
+    trial_env,
+    trial_of,
+    without_trial_env,
+)
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 
@@ -60,6 +70,7 @@ class Trial:
     origin: str | None = None  # what proposed its parameters (core/search.py's ORIGINS)
     judged_rung: int | None = None  # asha: the highest rung it was judged at
     stopped_rung: int | None = None  # asha: the rung it was stopped at
+    first_replica: str = ""  # of a resumed trial's job: the replica its objective is read from
 
     @property
     def history(self) -> list[tuple[float, float]]:
@@ -138,7 +149,10 @@ class SweepRun:
         return counts
 
     async def run(self) -> list[Trial]:
-        queued = list(self.trials)
+        queued = [t for t in self.trials if t.job_id is None and t.state == "queued"]
+        for trial in self.trials:
+            if trial.job_id is not None and trial.state not in (*TERMINAL, "stopped"):
+                self._adopt(trial, {"replicas": [{"name": trial.first_replica}]})
         try:
             while (queued and not self._stopping) or self._running():
                 while queued and not self._stopping and len(self._running()) < self.sweep.parallel:
@@ -180,6 +194,10 @@ class SweepRun:
             self.on_change(self)
             return
         trial.job_id, trial.state, trial.started = job["id"], job["state"], time.monotonic()
+        self._adopt(trial, job)
+
+    def _adopt(self, trial: Trial, job: dict[str, Any]) -> None:
+        """Follows a trial's job to its end (one this run started, or a resumed one's)."""
         task = asyncio.create_task(self._follow(trial, job))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -192,8 +210,7 @@ class SweepRun:
             async for event in self.client.follow(trial.job_id, replicas=[first]):
                 if isinstance(event, StatusEvent):
                     self._status(trial, event.job)
-                elif isinstance(event, LinesEvent) and trial.read_all(event.lines):
-                    await self._judge(trial)
+                elif isinstance(event, LinesEvent) and await self._read(trial, event.lines):
                     self.on_change(self)
         except DistrunError:
             pass
@@ -216,6 +233,19 @@ class SweepRun:
             trial.ended = trial.ended or time.monotonic()
         self.on_change(self)
 
+    async def _read(self, trial: Trial, lines: list[LogLine]) -> bool:
+        """Reads a batch of the trial's lines, judging it at each report (a batch read late
+        can hold many steps: the rule must see the step it could first stop at); True when
+        one reported the objective."""
+        reported = False
+        for line in lines:
+            if trial.read_all([line]):
+                reported = True
+                await self._judge(trial)
+            if trial.state == "stopped":
+                break
+        return reported
+
     async def _judge(self, trial: Trial) -> None:
         stop, objective = self.sweep.early_stop, self.sweep.objective
         if stop is None or objective is None or trial.state in (*TERMINAL, "stopped"):
@@ -233,6 +263,7 @@ class SweepRun:
             trial.state = "stopped"
             trial.stopped_rung = stopped if stop.rule == "asha" else None
             assert trial.job_id is not None
+            self._ended.set()  # its slot is free now, not once its processes are gone
             await self._cancel_quietly(trial.job_id)
 
     async def _cancel_quietly(self, job_id: str) -> None:
@@ -240,6 +271,86 @@ class SweepRun:
             await self.client.cancel(job_id)
         except DistrunError:
             pass
+
+
+# --- resuming a sweep whose runner stopped -----------------------------------------------------
+
+
+async def resume(
+    client: Client, sweep_id: str, on_change: Callable[[SweepRun], None] = lambda run: None
+) -> SweepRun:
+    """The sweep `sweep_id` rebuilt from its trials (the user's jobs that name it): their
+    definition and job as the newest trial carries them, every ended trial's reports read from
+    its log and taught to the search (a model search learns them; a list goes on where it
+    stopped), trials still running followed again; `run` then starts the trials not yet
+    started. A trial cancelled without the stopping rule's say (the runner interrupted) stays
+    cancelled; its reports teach the model as a stopped trial's."""
+    numbered = {
+        of[1]: job
+        for job in await client.list_jobs()
+        if (of := sweep_of(job)) is not None and of[0] == sweep_id
+    }
+    if not numbered:
+        raise NotFound(f"no sweep {sweep_id!r} among your jobs; `distrun ls` lists the sweeps")
+    jobs = list(numbered.values())
+    newest = max(jobs, key=lambda job: job.get("created_at") or 0)
+    definition = sweep_definition(newest["spec"]["env"])
+    try:
+        sweep = from_dict(definition)
+    except DistrunError as error:
+        raise SpecError(f"sweep {sweep_id!r} cannot be resumed: its trials carry {error}") from None
+    run = SweepRun(client, _template(newest), sweep, sweep_id, on_change)
+    restored = [run.trials[n] for n in sorted(numbered) if n < len(run.trials)]
+    for trial in restored:
+        await _restore(run, trial, numbered[trial.number])
+    for trial in restored:  # once every trial's reports are in: the rule compares them all
+        if trial.state in TERMINAL:
+            _learn(run, trial)
+    return run
+
+
+async def _restore(run: SweepRun, trial: Trial, job: dict[str, Any]) -> None:
+    env = job["spec"]["env"]
+    trial.params = json.loads(env.get(PARAMS_ENV, "{}"))
+    trial.origin = env.get(ORIGIN_ENV) or run.sweep.search
+    trial.job_id, trial.state = job["id"], job["state"]
+    trial.first_replica = job["replicas"][0]["name"]
+    # Monotonic times that give the job's duration so far.
+    now, wall = time.monotonic(), time.time()
+    started_at = job.get("started_at") or job.get("created_at") or wall
+    trial.ended = now if job["state"] in TERMINAL else None
+    trial.started = now - ((job.get("finished_at") or wall) - started_at)
+    if job["state"] not in TERMINAL:
+        run.search.resumed(trial.number, trial.params)  # in flight for the model
+        return
+    page = await run.client.logs(job["id"], replicas=[trial.first_replica])
+    trial.read_all(page.lines)
+
+
+def _learn(run: SweepRun, trial: Trial) -> None:
+    """An ended trial of the earlier run: stopped by the rule or not, taught to the search."""
+    objective, stop = run.sweep.objective, run.sweep.early_stop
+    if trial.state == "cancelled" and stop is not None and objective is not None:
+        histories = {t.number: t.history for t in run.trials if t.history}
+        rung = stop_rung(stop, objective.goal, histories, trial.number)
+        if rung is not None:
+            trial.state = "stopped"
+            trial.stopped_rung = rung if rung >= 0 else None
+    outcome = _outcome(trial) if trial.state != "cancelled" else "stopped"
+    run.search.add_finished(trial.params, outcome, trial.history, run.result(trial))
+
+
+def _template(trial_job: dict[str, Any]) -> JobSpec:
+    """The sweep's job: a trial's, without what makes it that trial."""
+    spec = JobSpec.from_dict(trial_job["spec"])
+    env = {
+        k: v
+        for k, v in without_trial_env(spec.env).items()
+        if k != PARAMS_ENV and not k.startswith(PARAM_ENV_PREFIX)
+    }
+    base, dash, number = spec.name.rpartition("-t") if spec.name else ("", "", "")
+    name = base if dash and number.isdigit() else spec.name
+    return dataclasses.replace(spec, env=env, name=name)
 
 
 def _outcome(trial: Trial) -> Outcome:

@@ -56,6 +56,9 @@ class Search(Protocol):
     ) -> None:
         """A trial of an earlier run of the sweep (resumed), ended: learn from it."""
 
+    def resumed(self, number: int, params: dict[str, Value]) -> None:
+        """Trial `number` of an earlier run of the sweep is still running, at `params`."""
+
 
 def searcher(spec: SweepSpec) -> Search:
     if spec.search in MODEL_SEARCHES:
@@ -85,6 +88,9 @@ class ListSearch:
     def add_finished(
         self, params: dict[str, Value], outcome: Outcome, history: History, value: float | None
     ) -> None:
+        pass
+
+    def resumed(self, number: int, params: dict[str, Value]) -> None:
         pass
 
 
@@ -129,6 +135,12 @@ class TpeSearch:
             self._study.tell(trial, state=state.PRUNED)
         else:
             self._study.tell(trial, state=state.FAIL)
+
+    def resumed(self, number: int, params: dict[str, Value]) -> None:
+        # Asked again at its own point (an enqueued trial), so that it is in flight for the
+        # constant liar and told when it ends like any other.
+        self._study.enqueue_trial(params, skip_if_exists=False)
+        self._asked[number] = self._study.ask(self._distributions)
 
     def add_finished(
         self, params: dict[str, Value], outcome: Outcome, history: History, value: float | None

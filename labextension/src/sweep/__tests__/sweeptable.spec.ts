@@ -5,10 +5,17 @@ import {
   formatCell,
   otherMetrics,
   progressText,
-  sortTrials
+  sortTrials,
+  stoppedLabel
 } from '../sweeptable';
 
-const trans: ITrans = { __: (msgid: string) => msgid };
+const trans: ITrans = {
+  __: (msgid: string, ...args: unknown[]) =>
+    args.reduce<string>(
+      (text, arg, i) => text.replace(`%${i + 1}`, String(arg)),
+      msgid
+    )
+};
 
 function trial(number: number, extra: Partial<ISweepTrial> = {}): ISweepTrial {
   return {
@@ -99,5 +106,34 @@ describe('the sweep table', () => {
     expect(formatCell(12)).toBe('12');
     expect(formatCell(null)).toBe('–');
     expect(formatCell('adam')).toBe('adam');
+  });
+});
+
+describe('a sweep that learns', () => {
+  const modelSweep: ISweep = {
+    ...SWEEP,
+    definition: { ...SWEEP.definition!, search: 'tpe' },
+    trials: [
+      trial(0, { origin: 'random', objective: 0.5 }),
+      trial(1, { origin: 'tpe', objective: 0.25 }),
+      trial(2, { origin: 'tpe', state: 'stopped', rung: 1, rung_step: 3 })
+    ]
+  };
+
+  it('says which trials the model proposed, in a column of their own', () => {
+    const cols = columns(modelSweep, trans);
+    expect(cols.map(col => col.label)).toContain('proposed by');
+    const origin = cols.find(col => col.key === 'origin')!;
+    expect(modelSweep.trials.map(t => origin.value(t, 0))).toEqual([
+      'random',
+      'tpe',
+      'tpe'
+    ]);
+    expect(columns(SWEEP, trans).map(col => col.key)).not.toContain('origin');
+  });
+
+  it('says at the step of which rung asha stopped a trial', () => {
+    expect(stoppedLabel(modelSweep.trials[2], trans)).toBe('stopped at step 3');
+    expect(stoppedLabel(SWEEP.trials[2], trans)).toBe('stopped');
   });
 });
