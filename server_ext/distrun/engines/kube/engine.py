@@ -266,6 +266,7 @@ class KubeEngine:
         return missing
 
     async def submit(self, spec: JobSpec, owner: str) -> Job:
+        _check_restart_settings(spec)
         api = await self.api()
         namespace = self._namespace(spec, owner)
         await self._check_unfinished(api, namespace, owner)
@@ -779,3 +780,16 @@ def conditions_phase(obj: Obj, terminal: dict[str, JobState], running: tuple[str
     if any(c.get("type") in running for c in conditions):
         return Phase(JobState.RUNNING, None, started)
     return Phase(None, None, started)
+
+
+def _check_restart_settings(spec: JobSpec) -> None:
+    """Whole-job restart and its job-level count are not mapped onto the clusters' objects yet
+    (JobSet failurePolicy, Volcano RestartJob; docs/fault-tolerance.md): refuse them rather than
+    run a job that would not restart the way it asked."""
+    if spec.restart == "job" or spec.max_restarts is not None:
+        field = "restart" if spec.restart == "job" else "max_restarts"
+        raise SpecError(
+            "%restart=job and %maxRestarts run on the local engine only for now; on a cluster "
+            "write %restartPolicy=OnFailure and %backoffLimit=N (each replica restarts alone)",
+            field=field,
+        )
