@@ -14,9 +14,11 @@ medianstop services):
   random is `random` (hyperopt) with `random_state` from the seed; without a seed, the one
   distrun derives from the sweep, so the same header makes the same Experiment. Katib draws
   its own points: the same seed does not give the trials distrun's own runner would. tpe is
-  Katib's `tpe` (hyperopt's TPE, `n_startup_jobs` the random draws distrun's runner makes
-  first), bayes is `bayesianoptimization` (scikit-optimize's Gaussian process,
-  `n_initial_points` the same): another model than distrun's TPE, which `bayes` is there.
+  Katib's `tpe` (hyperopt's TPE; its service refuses every setting but `random_state`,
+  `gamma`, `prior_weight` and `n_EI_candidates`, and draws its first request, the
+  `parallelTrialCount` trials, at random), bayes is `bayesianoptimization` (scikit-optimize's
+  Gaussian process, `n_initial_points` the random draws distrun's runner makes first):
+  another model than distrun's TPE, which `bayes` is there.
 - asha does not map: Katib's only early stopping is `medianstop`, and its `hyperband` is a
   search of its own (the budget a trial parameter), not a stopping rule beside a search.
 - objective: `minimize`/`maximize` of the metric; `:last` is the metric strategy `latest`,
@@ -59,7 +61,6 @@ from distrun.core.errors import SpecError
 from distrun.core.frameworks import FRAMEWORKS
 from distrun.core.search import startup_trials
 from distrun.core.sweep import (
-    MODEL_SEARCHES,
     Choice,
     EarlyStop,
     IntRange,
@@ -281,10 +282,10 @@ def _algorithm(sweep: SweepSpec) -> dict[str, Any]:
             field="seed",
         )
     settings = [{"name": "random_state", "value": str(seed)}]
-    if sweep.search in MODEL_SEARCHES:
+    if sweep.search == "bayes":
         # The random draws before the model proposes: as many as distrun's own runner makes.
-        startup = {"tpe": "n_startup_jobs", "bayes": "n_initial_points"}[sweep.search]
-        settings.append({"name": startup, "value": str(startup_trials(sweep))})
+        # (Katib's tpe refuses any setting of it: it draws its first request at random.)
+        settings.append({"name": "n_initial_points", "value": str(startup_trials(sweep))})
     return {"algorithmName": ALGORITHMS[sweep.search], "algorithmSettings": settings}
 
 
