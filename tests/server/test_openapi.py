@@ -80,7 +80,13 @@ async def test_websocket_messages_match_the_documented_schemas(api, jp_ws_fetch,
     messages.append(json.loads(await bad.read_message()))
     schemas = {"status": "StreamStatus", "runs": "StreamRuns", "end": "StreamEnd"}
     schemas |= {"partial": "StreamPartial", "error": "StreamError"}
-    assert [m["type"] for m in messages] == ["status", "runs", "partial", "end", "error"]
+    assert [m["type"] for m in messages] == [
+        "runs",
+        "partial",
+        "status",
+        "end",
+        "error",
+    ]  # a finished job: its status after its lines
     for message in messages:
         stream_schema(schemas[message["type"]]).validate(message)
 

@@ -29,6 +29,7 @@ import { IJob, isTerminal, LogTuple } from '../common/model';
 import { cellFromSpec } from '../common/specheader';
 import { connectJobStream, JobStream } from '../common/stream';
 import { UnfinishedLines } from '../common/unfinished';
+import { EndAfterLines } from '../common/endstatus';
 import { CommandIDs, TRANSLATION_DOMAIN } from '../common/tokens';
 import { VirtualList } from './virtuallist';
 
@@ -415,6 +416,13 @@ export class LogViewer extends Panel {
   }
 
   private _onStatus(job: IJob): void {
+    const shown = this._endAfterLines.status(job);
+    if (shown) {
+      this._showStatus(shown);
+    }
+  }
+
+  private _showStatus(job: IJob): void {
     this._job = job;
     this._status.textContent = formatStatus(
       job,
@@ -434,11 +442,13 @@ export class LogViewer extends Panel {
   }
 
   private _onEnd(): void {
-    this.node.dataset.ended = 'true';
+    // Shown once every line before it is taken in (`_takeIn`).
+    this._end = this._endAfterLines.end();
     this._cancel.hidden = true;
     if (this._unfinished.clear()) {
       this._renderLive();
     }
+    this._schedule();
   }
 
   private _showNotice(message: string, isError = false): void {
@@ -485,6 +495,12 @@ export class LogViewer extends Panel {
     this._metricStore.touch();
     if (this._queueStart < this._queue.length || this._buffer.pending > 0) {
       this._schedule();
+    } else if (this._endAfterLines.ended) {
+      if (this._end) {
+        this._showStatus(this._end);
+        this._end = null;
+      }
+      this.node.dataset.ended = 'true';
     }
     if (this._store.replicas.length !== this._chipReplicas.length) {
       this._updateChips();
@@ -713,6 +729,8 @@ export class LogViewer extends Panel {
   private _followButton: HTMLButtonElement | null = null;
   private _errorButton!: HTMLButtonElement;
   private _job: IJob | null = null;
+  private readonly _endAfterLines = new EndAfterLines();
+  private _end: IJob | null = null; // the terminal status, shown once every line is taken in
   private _jobReplicas: string[] = [];
   private _chipReplicas: string[] = [];
   private _replicaStates = new Map<string, string>();

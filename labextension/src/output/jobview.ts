@@ -15,6 +15,7 @@ import { replicaColorIndex, replicaPrefix } from '../common/colors';
 import { formatStatus } from '../common/format';
 import { ITrans } from '../common/trans';
 import { UnfinishedLines } from '../common/unfinished';
+import { EndAfterLines } from '../common/endstatus';
 import { LogBuffer } from '../common/logbuffer';
 import { IJob, isTerminal, LogTuple } from '../common/model';
 import { connectJobStream, JobStream } from '../common/stream';
@@ -126,6 +127,13 @@ export class JobView extends Widget {
   private _onStatus(job: IJob): void {
     this._replicas = job.replicas.map(replica => replica.name);
     this._prefixWidth = Math.max(0, ...this._replicas.map(name => name.length));
+    const shown = this._endAfterLines.status(job);
+    if (shown) {
+      this._showStatus(shown);
+    }
+  }
+
+  private _showStatus(job: IJob): void {
     this._status.textContent = formatStatus(job, this._trans);
     this._status.dataset.state = job.state;
     this._stop.hidden = isTerminal(job.state);
@@ -134,6 +142,7 @@ export class JobView extends Widget {
   private _onEnd(): void {
     this._stop.hidden = true;
     this._ended = true;
+    this._end = this._endAfterLines.end(); // shown by the render that shows the last lines
     this._unfinished.clear();
     this._liveChanged = true;
     this._scheduleRender();
@@ -206,6 +215,10 @@ export class JobView extends Widget {
     if (this._follow) {
       this._log.scrollTop = this._log.scrollHeight;
     }
+    if (this._end) {
+      this._showStatus(this._end);
+      this._end = null;
+    }
     this.node.dataset.ended = String(this._ended);
   }
 
@@ -264,6 +277,8 @@ export class JobView extends Widget {
   private _renderedAt = -Infinity;
   private _painted = false; // traced: the first lines only
   private _ended = false;
+  private readonly _endAfterLines = new EndAfterLines();
+  private _end: IJob | null = null; // the terminal status, shown with the last lines
   private _follow = true;
   private _shown = 0;
 }

@@ -7,8 +7,10 @@ the first, capture times in epoch milliseconds, texts; JSON without an object pe
 load each read brings many lines, which go out in frames of at most `FRAME_MAX_LINES` lines /
 about `FRAME_MAX_BYTES` bytes. A replica's
 unfinished line (a progress bar being redrawn) goes out as a `partial` message whenever it
-changes, a few times a second at most. Closing the socket cancels the task, which closes the
-follower.
+changes, a few times a second at most. A job's status goes out as it changes, except its end:
+a terminal status is held until the follower has given every line, so that a client never sees
+the end before the last line (a job that had ended before the client came included), then
+`end`. Closing the socket cancels the task, which closes the follower.
 """
 
 import asyncio
@@ -189,7 +191,9 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
     async def _stream(self, job_id: str) -> None:
         try:
             # No local keeps the job `_open_follower` read: `_relay` swaps it for the engine's copy.
-            await self._relay(*await self._open_follower(job_id))
+            last = await self._relay(*await self._open_follower(job_id))
+            if last.state.terminal:  # held back until every line had gone out
+                await self._send_status(last)
             await self._send({"type": "end"})
             self.close(1000)
         except DistrunError as err:
@@ -201,13 +205,15 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
             await self._close_with_error({"message": "internal error"}, WS_CLOSE_INTERNAL_ERROR)
 
     async def _open_follower(self, job_id: str) -> tuple[AsyncIterator[LogEvent], Job]:
-        """The engine's follower of the job, after its status has gone out."""
+        """The engine's follower of the job, after its status has gone out (unless the job has
+        ended: that status goes out after its lines)."""
         self._check_stream_limit()
         since = parse_since(self.get_argument("since", None))
         wanted = parse_replicas(self.get_arguments("replica"))
         engine, job = await self.app.registry.find_job(check_job_id(job_id), self.owner)
         check_replicas(job, wanted)
-        await self._send_status(job)
+        if not job.state.terminal:
+            await self._send_status(job)
         follower = engine.follow(
             job.id, self.owner, since=since, replicas=wanted, max_batch=FOLLOW_MAX_BATCH
         )
@@ -221,7 +227,9 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
                 "close some log viewers or cell outputs that follow jobs, then reopen this one"
             )
 
-    async def _relay(self, follower: AsyncIterator[LogEvent], sent: Job) -> None:
+    async def _relay(self, follower: AsyncIterator[LogEvent], shown: Job) -> Job:
+        """Sends the follower's events; returns the job's last status, which is yet to be sent
+        if terminal."""
         async with _closing(follower) as events:
             async for event in events:
                 if isinstance(event, LogBatch):
@@ -232,11 +240,12 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
                         {"type": "partial", "lines": [line_json(x) for x in event.lines]}
                     )
                 elif isinstance(event, JobUpdate):
-                    if event.job != sent:
+                    if event.job != shown and not event.job.state.terminal:
                         await self._send_status(event.job)
                     # The engine's copy, shared by every viewer of the job: a viewer keeps no
                     # job of its own for as long as it follows (less for the GC to scan).
-                    sent = event.job
+                    shown = event.job
+        return shown
 
     async def _send_status(self, job: Job) -> None:
         await self._send({"type": "status", "job": job.to_json()})
