@@ -12,10 +12,12 @@ import pytest
 from distrun.client.base import LinesEvent, LogPage, StatusEvent
 from distrun.client.sweep_runner import (
     SweepRun,
+    Trial,
     progress_line,
     results_table,
     resume,
     sweep_of,
+    trial_spec,
 )
 from distrun.core.errors import NotFound
 from distrun.core.logs import LogLine
@@ -341,3 +343,25 @@ async def test_a_resumed_tpe_sweep_learns_its_ended_trials_and_starts_only_the_r
 async def test_resuming_a_sweep_no_job_names_is_a_clear_error() -> None:
     with pytest.raises(NotFound, match="no sweep 'sweep-nope' among your jobs"):
         await resume(ListingClient(), "sweep-nope")  # type: ignore[arg-type]
+
+
+async def test_a_resumed_sweep_follows_a_trial_its_stopped_runner_left_running() -> None:
+    client = ListingClient()
+    spec = tpe_sweep(5, parallel=1)
+    first = SweepRun(client, TEMPLATE, spec)  # type: ignore[arg-type]
+
+    def interrupt(run: SweepRun) -> None:
+        if run.counts().get("succeeded") == 3:
+            asyncio.get_running_loop().create_task(run.cancel())
+
+    first.on_change = interrupt
+    await first.run()
+    # The runner's process died while trial 3 ran: its job goes on, followed by nobody.
+    left = Trial(3, {"lr": 0.31}, origin="tpe")
+    await client.submit(trial_spec(TEMPLATE, spec, first.id, left))
+    again = await resume(client, first.id)  # type: ignore[arg-type]
+    assert again.trials[3].state == "running" and again.trials[3].job_id == "job-3"
+    trials = await again.run()
+    assert [t.state for t in trials] == ["succeeded"] * 5
+    assert len(client.jobs) == 5, "the running trial was followed, not started again"
+    assert trials[3].params == {"lr": 0.31} and trials[3].history[-1][0] == 9, "read whole"
