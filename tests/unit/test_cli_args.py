@@ -131,7 +131,7 @@ def test_role_resources_for_a_role_the_job_lacks_is_a_spec_error() -> None:
 
 def test_resources_are_revalidated_after_applying_them() -> None:
     args = parse("run", "f.py", "--memory", "lots")
-    with pytest.raises(SpecError, match="memory 'lots' is not valid"):
+    with pytest.raises(SpecError, match="memory 'lots' is not a Kubernetes quantity"):
         apply_resources(_spec(), args, Limits())
 
 

@@ -302,7 +302,7 @@ def test_traceback_line_numbers_of_the_code_match_the_cell():
         (
             "%framework=pytorch\n%memory=lots\n",
             2,
-            "line 2: memory 'lots' is not a memory quantity like 4Gi; write %memory=4Gi",
+            "line 2: memory 'lots' is not a Kubernetes quantity; write %memory=4Gi",
         ),
         ("%framework=pytorch\n%worker.cpu=fast\n", 2, "write %worker.cpu=2"),
         ("%framework=pytorch\n%worker=2;%cpu=x\n", 2, "write %worker.cpu=2"),

@@ -9,14 +9,13 @@ from hypothesis import strategies as st
 from distrun.core.errors import LimitExceeded, SpecError
 from distrun.core.frameworks import FRAMEWORKS
 from distrun.core.header import needs_ipython, parse_cell, render_header, spec_from_cell
+from distrun.core.quantities import QUANTITY_RE, QuantityError, check_cpu, check_memory
 from distrun.core.spec import (
     CLEAN_POD_POLICIES,
-    CPU_RE,
     ENGINE_NAME_RE,
     ENV_NAME_RE,
     IMAGE_RE,
     JOB_NAME_RE,
-    MEMORY_RE,
     NAMESPACE_RE,
     RESTART_POLICIES,
 )
@@ -251,6 +250,18 @@ def _matching(pattern: re.Pattern[str]) -> st.SearchStrategy[str]:
 ENV_VALUE = st.text(
     st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r\x00"), max_size=20
 )
+
+
+def _quantities(check: Any) -> st.SearchStrategy[str]:
+    def valid(text: str) -> bool:
+        try:
+            return bool(check(text))
+        except QuantityError:
+            return False
+
+    return _matching(QUANTITY_RE).filter(valid)
+
+
 PATH_PART = _matching(re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,10}"))
 PATH = st.lists(PATH_PART, min_size=1, max_size=3).map("/".join)
 SCALARS: dict[str, st.SearchStrategy[Any]] = {
@@ -269,8 +280,8 @@ SCALARS: dict[str, st.SearchStrategy[Any]] = {
 RESOURCES = st.fixed_dictionaries(
     {},
     optional={
-        "cpu": _matching(CPU_RE),
-        "memory": _matching(MEMORY_RE),
+        "cpu": _quantities(check_cpu),
+        "memory": _quantities(check_memory),
         "gpu": st.integers(0, 999_999),
     },
 )

@@ -45,14 +45,13 @@ from typing import Any, Literal, NoReturn
 from distrun.core.errors import LimitExceeded, SpecError
 from distrun.core.frameworks import FRAMEWORKS
 from distrun.core.gpus import GPU_FALLBACKS, GPU_MEMORY_RE, GPU_MEMORY_WRITE, GPU_WRITE, parse_gpu
+from distrun.core.quantities import QuantityError, check_cpu, check_memory
 from distrun.core.spec import (
     CLEAN_POD_POLICIES,
-    CPU_RE,
     ENGINE_NAME_RE,
     ENV_NAME_RE,
     IMAGE_RE,
     JOB_NAME_RE,
-    MEMORY_RE,
     NAMESPACE_RE,
     RESTART_POLICIES,
     RESTART_SCOPES,
@@ -60,6 +59,7 @@ from distrun.core.spec import (
     Limits,
     check_relative_path,
     default_roles,
+    quoted,
 )
 from distrun.core.sweep import (
     DEFAULT_PARALLEL,
@@ -177,6 +177,16 @@ def _matching(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
     return convert
 
 
+def _quantity(check: Callable[[str], str]) -> Callable[[str], str]:
+    def convert(raw: str) -> str:
+        try:
+            return check(raw)
+        except QuantityError as error:
+            raise _BadValue(str(error)) from None
+
+    return convert
+
+
 def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
     by_lower = {choice.lower(): choice for choice in choices}
 
@@ -225,8 +235,8 @@ _SCALARS: dict[str, _Setting] = {
     )
 }
 _RESOURCES: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "cpu": ("2", _matching(CPU_RE, "a CPU quantity like 2 or 500m")),
-    "memory": ("4Gi", _matching(MEMORY_RE, "a memory quantity like 4Gi")),
+    "cpu": ("2", _quantity(check_cpu)),
+    "memory": ("4Gi", _quantity(check_memory)),
     "gpu": ("1", _gpu),
     "gpuMemory": ("10Gi", _matching(GPU_MEMORY_RE, GPU_MEMORY_WRITE)),
 }
@@ -425,7 +435,7 @@ def _convert(label: str, raw: str, setting: _Setting, src: _Source) -> Any:
         return setting.convert(raw)
     except _BadValue as bad:
         raise SpecError(
-            f"{label} {raw!r} {bad}; write {src.example(setting.example)}",
+            f"{label} {quoted(raw)} {bad}; write {src.example(setting.example)}",
             line=src.line,
             field=setting.field,
         ) from None

@@ -7,6 +7,7 @@ may assume a valid spec. Messages name the field and say what to write instead.
 import base64
 import binascii
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -20,6 +21,13 @@ from distrun.core.gpus import (
     parse_gpu_fallback,
     parse_gpu_memory,
 )
+from distrun.core.quantities import (
+    CPU_WRITE,
+    MEMORY_WRITE,
+    QuantityError,
+    check_cpu,
+    check_memory,
+)
 
 RESTART_POLICIES = ("Never", "OnFailure", "Always", "ExitCode")
 # What a failure restarts: every replica of the job ("job"), or the one that failed ("replica").
@@ -28,8 +36,6 @@ CLEAN_POD_POLICIES = ("None", "Running", "All")
 ENGINE_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}\Z")
 JOB_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?\Z")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
-CPU_RE = re.compile(r"^([0-9]+(\.[0-9]{1,3})?|[0-9]+m)\Z")
-MEMORY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?\Z")
 NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}\Z")
 MAX_NAME_LENGTH = 32
@@ -232,8 +238,8 @@ def _role(name: str, data: Any, limits: Limits) -> RoleSpec:
         raise SpecError(
             f"{where}.resources takes {', '.join(RESOURCE_FIELDS)}", field=f"{where}.resources"
         )
-    cpu = _optional_match(res, "cpu", CPU_RE, "a CPU quantity like 2 or 500m", where=where)
-    memory = _optional_match(res, "memory", MEMORY_RE, "a memory quantity like 4Gi", where=where)
+    cpu = _optional_quantity(res, "cpu", check_cpu, CPU_WRITE, where=where)
+    memory = _optional_quantity(res, "memory", check_memory, MEMORY_WRITE, where=where)
     place = f"{where}.resources"
     gpu = parse_gpu(res.get("gpu", 0), limits.max_gpus_per_replica, f"{place}.gpu")
     gpu_memory = parse_gpu_memory(res.get("gpu_memory"), f"{place}.gpu_memory")
@@ -315,6 +321,30 @@ def _optional_match(
         name = f"{where}.{key}" if where else key
         raise SpecError(f"{name} {value!r} is not valid; write {what}", field=name)
     return value
+
+
+def _optional_quantity(
+    data: dict[str, Any], key: str, check: Callable[[str], str], what: str, where: str
+) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    name = f"{where}.{key}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 10**20:
+        value = str(value)
+    if not isinstance(value, str):
+        raise SpecError(f"{name} must be a string: {what}", field=name)
+    try:
+        return check(value)
+    except QuantityError as error:
+        raise SpecError(f"{name} {quoted(value)} {error}; write {what}", field=name) from None
+
+
+def quoted(value: str, room: int = 40) -> str:
+    """`value` quoted, cut to `room` characters with its length when longer."""
+    if len(value) <= room:
+        return repr(value)
+    return f"{value[:room]!r}... ({len(value)} characters)"
 
 
 def _int(

@@ -32,6 +32,8 @@ from typing import Any
 ANCHORS_ANNOTATION = "distrun.io/log-anchors"
 ANCHORS_KEPT = 16  # per instance; with the default spacing, more than a 10 MiB log file holds
 INSTANCES_KEPT = 2  # per replica: the API serves the current and the previous instance only
+MAX_INDEX = 2**36  # more lines than a container writes (logs.MAX_LEDGER_LINES)
+MAX_STAMP_CHARS = 64  # an RFC 3339 time with nanoseconds is 30
 SHORTEST_LINE = 22  # bytes of a line read with timestamps: "2006-01-02T15:04:05Z " and "\n"
 
 LineKey = tuple[str, int, int]  # timestamp, lines just before with the same one, crc32
@@ -68,12 +70,25 @@ class Anchor:
 
     @classmethod
     def from_json(cls, raw: Any) -> "Anchor | None":
+        """The anchor recorded as `raw`, or None when it is not one this module writes (the
+        ConfigMap is the user's to edit: such an entry is left out)."""
         if not (isinstance(raw, list) and len(raw) == 5):
             return None
         index, stamp, run, crc, claimed = raw
-        if not (isinstance(stamp, str) and all(isinstance(n, int) for n in (index, run, crc))):
-            return None
-        return cls(index, (stamp, run, crc), bool(claimed))
+        ok = (
+            isinstance(stamp, str)
+            and len(stamp) <= MAX_STAMP_CHARS
+            and _whole(index, MAX_INDEX)
+            and _whole(run, MAX_INDEX)
+            and _whole(crc, 0xFFFFFFFF)
+            and claimed in (0, 1)
+            and not isinstance(claimed, float)
+        )
+        return cls(index, (stamp, run, crc), bool(claimed)) if ok else None
+
+
+def _whole(value: Any, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= high
 
 
 class LineKeys:
@@ -110,7 +125,7 @@ class FileScan:
         if self.first_key is None:
             self.first_key = key
         index = self._index.get(key)
-        if index is not None:
+        if index is not None and index >= self.lines:  # a lower one is no anchor of this file
             self.start = index - self.lines
         self.lines += 1
         self.bytes += len(raw) + 1
@@ -172,7 +187,7 @@ def merge(old: list[Anchor], new: list[Anchor]) -> list[Anchor]:
 def read_book(raw: str | None) -> AnchorBook:
     try:
         data = json.loads(raw or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # the user's to edit: also too deep a nesting
         return {}
     book: AnchorBook = {}
     if not isinstance(data, dict):

@@ -599,7 +599,7 @@ def stored_spec(obj: Obj) -> JobSpec:
     try:
         data = json.loads((obj["metadata"].get("annotations") or {})[ANNOTATION_SPEC])
         return JobSpec.from_dict(data, _STORED_SPEC_LIMITS)
-    except (KeyError, TypeError, ValueError, SpecError) as error:
+    except (KeyError, TypeError, ValueError, RecursionError, SpecError) as error:
         raise Conflict(
             f"job {name} carries no valid distrun spec ({str(error)[:200]}); delete it"
         ) from None

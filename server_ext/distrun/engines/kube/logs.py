@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 
 LEDGER_ANNOTATION = "distrun.io/log-ledger"
 Ledger = dict[str, list[list[Any]]]  # replica -> [[instance key, lines], ...] in order
+# More lines than any container writes (a line is at least its newline): a seq, a sum of these
+# over the entries an annotation (256 KiB) can hold, stays inside JavaScript's exact integers.
+MAX_LEDGER_LINES = 2**36
 Emit = Callable[[LogLine], Awaitable[None]]
 EmitPartial = Callable[[LogLine], None]
 # How often at most a replica's unfinished line is passed on (as the local engine records it).
@@ -120,12 +123,35 @@ def unfinished_line(data: bytes) -> bytes:
 
 
 def read_ledger(configmap: dict[str, Any]) -> Ledger:
+    """The ledger as recorded, keeping only well-formed entries: the ConfigMap is the user's
+    to edit, so anything else in it (not JSON, other shapes, counts that are not whole
+    numbers of lines) is left out, and those instances are counted again."""
     annotations = configmap.get("metadata", {}).get("annotations") or {}
+    raw = annotations.get(LEDGER_ANNOTATION, "{}") if isinstance(annotations, dict) else "{}"
     try:
-        ledger = json.loads(annotations.get(LEDGER_ANNOTATION, "{}"))
-    except ValueError:
+        data = json.loads(raw) if isinstance(raw, str) else {}
+    except (ValueError, RecursionError):  # also a too long number, too deep a nesting
         return {}
-    return ledger if isinstance(ledger, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    ledger: Ledger = {}
+    for replica, entries in data.items():
+        if isinstance(entries, list):
+            ledger[replica] = [list(e) for e in entries if _ledger_entry(e)]
+    return ledger
+
+
+def _ledger_entry(entry: Any) -> bool:
+    """[instance key, lines]: a string and a whole number of lines a log can hold."""
+    if not (isinstance(entry, list) and len(entry) == 2):
+        return False
+    key, lines = entry
+    return (
+        isinstance(key, str)
+        and isinstance(lines, int)
+        and not isinstance(lines, bool)
+        and 0 <= lines <= MAX_LEDGER_LINES
+    )
 
 
 def base_seq(ledger: Ledger, replica: str, key: str) -> int:
@@ -134,7 +160,7 @@ def base_seq(ledger: Ledger, replica: str, key: str) -> int:
     for entry_key, lines in ledger.get(replica, []):
         if entry_key == key:
             break
-        total += int(lines)
+        total += lines
     return total
 
 

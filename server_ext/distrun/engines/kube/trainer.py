@@ -69,7 +69,11 @@ class TrainerEngine(KubeEngine):
             meta.get("annotations") or {}
         ).get(LABEL_COMPLETION_INDEX, "")
         names = spec.replica_names()
-        return names[int(index)] if index.isdigit() and int(index) < len(names) else None
+        # The pod's labels are the user's to write (through the job's template): an index is
+        # ASCII digits, few enough to be a replica's ("²".isdigit() holds; int() refuses it).
+        if not (isinstance(index, str) and index.isascii() and index.isdigit()):
+            return None
+        return names[int(index)] if len(index) <= 6 and int(index) < len(names) else None
 
     def container_name(self, spec: JobSpec) -> str:
         return REPLICATED_JOB
