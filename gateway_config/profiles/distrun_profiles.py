@@ -4,7 +4,9 @@ their pods reaches beyond it.
 
 JupyterHub (KubeSpawner) calls two hooks, installed by helm/jupyterhub-values.yaml:
 
-- `pre_spawn_hook(spawner)` makes sure the user's namespace holds what `profile_objects` lists
+- `pre_spawn_hook(spawner)` creates the user's namespace, or finds it made for them before (any
+  other namespace of that name, and the hub's, the gateway's or a `kube-*` one, is refused:
+  `ProfileRefused`), makes sure it holds what `profile_objects` lists
   (server-side apply, so a change of the chart's settings reaches every namespace at its
   user's next spawn), stores the user's tokens in a Secret there, and points the spawner at
   that namespace and its ServiceAccount;
@@ -101,9 +103,46 @@ class ProfileSettings:
 # --- the objects of a profile ---------------------------------------------------------------
 
 
+class ProfileRefused(Exception):
+    """A user who cannot be given a namespace; the message says why, for the hub to show."""
+
+
+OWNER_ANNOTATION = "distrun.io/owner"
+PROFILE_LABEL = "distrun.io/profile"
+MAX_USERNAME_CHARS = 256
+
+
+def profile_namespace(settings: ProfileSettings, username: str) -> str:
+    """The user's namespace; ProfileRefused for a user name no namespace can be made for, and
+    for a template that would give a user the hub's, the gateway's, `default` or a `kube-*`
+    namespace (with "{username}" alone, a user named kube-system)."""
+    if not username or len(username) > MAX_USERNAME_CHARS or not username.isprintable():
+        raise ProfileRefused(
+            f"user name {username[:40]!r} is not valid for a distrun profile: use 1 to "
+            f"{MAX_USERNAME_CHARS} printable characters"
+        )
+    template = settings.namespace_template
+    if template.count("{username}") != 1:
+        raise ProfileRefused(
+            f"profiles.namespaceTemplate {template!r} must hold {{username}} once: every user "
+            "needs a namespace of their own"
+        )
+    try:
+        namespace = user_namespace(template, username)
+    except ValueError as error:
+        raise ProfileRefused(str(error)) from None
+    reserved = {settings.gateway_namespace, settings.network.hub_namespace, "default"}
+    if namespace in reserved or namespace.startswith("kube-"):
+        raise ProfileRefused(
+            f"user {username!r} would get namespace {namespace!r}, which is the cluster's or "
+            "the hub's own: refused (give profiles.namespaceTemplate a prefix)"
+        )
+    return namespace
+
+
 def profile_objects(settings: ProfileSettings, username: str) -> list[dict[str, Any]]:
     """Everything the user's namespace holds, namespace first."""
-    namespace = user_namespace(settings.namespace_template, username)
+    namespace = profile_namespace(settings, username)
     objects = [
         _namespace(settings, namespace, username),
         _service_account(namespace, settings.notebook_service_account),
@@ -142,8 +181,8 @@ def _namespace(settings: ProfileSettings, namespace: str, username: str) -> dict
     for mode in ("enforce", "audit", "warn"):
         obj["metadata"]["labels"][f"pod-security.kubernetes.io/{mode}"] = level
         obj["metadata"]["labels"][f"pod-security.kubernetes.io/{mode}-version"] = "latest"
-    obj["metadata"]["labels"]["distrun.io/profile"] = "true"
-    obj["metadata"]["annotations"] = {"distrun.io/owner": username}
+    obj["metadata"]["labels"][PROFILE_LABEL] = "true"
+    obj["metadata"]["annotations"] = {OWNER_ANNOTATION: username}
     return obj
 
 
@@ -266,11 +305,58 @@ async def apply(api_client: Any, objects: list[dict[str, Any]]) -> None:
 async def ensure_profile(
     api_client: Any, settings: ProfileSettings, username: str, tokens: dict[str, str]
 ) -> str:
-    """Applies the user's profile and stores their tokens; the namespace's name."""
+    """Applies the user's profile and stores their tokens; the namespace's name. The
+    namespace is created for the user, or already theirs: ProfileRefused otherwise."""
     objects = profile_objects(settings, username)
     namespace = str(objects[0]["metadata"]["name"])
+    await claim_namespace(api_client, objects[0], username)
     await apply(api_client, [*objects, tokens_secret(settings, namespace, tokens)])
     return namespace
+
+
+async def claim_namespace(api_client: Any, namespace: dict[str, Any], username: str) -> None:
+    """Creates the user's namespace, or finds it made by this hook for this user. Any other
+    namespace of that name (made by someone else, for someone else) is never adopted."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    name = namespace["metadata"]["name"]
+    try:
+        await _call(api_client, "/api/v1/namespaces", "POST", body=namespace)
+        return
+    except ApiException as error:
+        if error.status != 409:
+            raise
+    existing = await _call(api_client, f"/api/v1/namespaces/{name}", "GET")
+    if not owned_by(existing, username):
+        raise ProfileRefused(
+            f"namespace {name!r} already exists and is not {username!r}'s distrun profile: "
+            "refused (an administrator can delete or rename it)"
+        )
+
+
+def owned_by(namespace: Any, username: str) -> bool:
+    """Whether a namespace as the API server returns it is `username`'s profile (only the hub
+    and cluster administrators may label and annotate namespaces)."""
+    meta = namespace.get("metadata") if isinstance(namespace, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    return (
+        labels.get(PROFILE_LABEL) == "true"
+        and labels.get("app.kubernetes.io/managed-by") == MANAGER
+        and annotations.get(OWNER_ANNOTATION) == username
+    )
+
+
+async def _call(api_client: Any, path: str, method: str, body: Any = None) -> Any:
+    return await api_client.call_api(
+        path,
+        method,
+        header_params={"Content-Type": "application/json", "Accept": "application/json"},
+        body=body,
+        response_types_map={200: "object", 201: "object"},
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+    )
 
 
 # --- the JupyterHub hooks -------------------------------------------------------------------
