@@ -1,7 +1,9 @@
 """The chart: lint, rendered objects, and (with a real kube-apiserver) dry runs and RBAC."""
 
+import ipaddress
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +230,40 @@ def test_profiles_give_users_cluster_roles_to_be_bound_in_their_namespace_only(
     [binding] = by_kind(objects, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == "distrun-distrun-jhub-hub-profiles"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": "jhub"}]
+
+
+def test_by_default_no_priority_class_and_no_link_local_or_private_address_is_open(
+    helm: Path,
+) -> None:
+    """The chart's defaults, as the hub's hook turns them into each user's objects: a pod
+    naming any PriorityClass is over a zero-pod quota (the cluster's globalDefault one, found
+    at install, is added; `helm template` finds none), and egress to the internet excepts the
+    private, link-local (instance metadata) and shared ranges; no IPv6 egress at all."""
+    [configmap] = [
+        o for o in by_kind(render(helm), "ConfigMap") if o["metadata"]["name"].endswith("-profiles")
+    ]
+    settings = json.loads(configmap["data"]["settings.json"])
+    assert settings["allowed_priority_classes"] == []
+    sys.path[:0] = [str(CHART / "files" / "gateway"), str(CHART / "files" / "profiles")]
+    try:
+        import distrun_profiles
+    finally:
+        sys.path[:2] = []
+    objects = distrun_profiles.profile_objects(
+        distrun_profiles.ProfileSettings.from_json(settings), "alice"
+    )
+    [quota] = [o for o in objects if o["metadata"]["name"] == "distrun-priority-classes"]
+    assert quota["spec"] == {
+        "hard": {"pods": "0"},
+        "scopeSelector": {
+            "matchExpressions": [{"scopeName": "PriorityClass", "operator": "Exists"}]
+        },
+    }
+    [egress] = [o for o in objects if o["metadata"]["name"] == "distrun-egress"]
+    blocks = [
+        p["ipBlock"] for rule in egress["spec"]["egress"] for p in rule["to"] if "ipBlock" in p
+    ]
+    assert blocks == [{"cidr": "0.0.0.0/0", "except": [
+        "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10"]}]  # fmt: skip
+    metadata = ipaddress.ip_address("169.254.169.254")
+    assert any(metadata in ipaddress.ip_network(cidr) for cidr in blocks[0]["except"])

@@ -65,6 +65,14 @@ app.kubernetes.io/component: gateway
       "api_server_cidrs" $p.network.apiServerCIDRs
       "internet_egress" $p.network.internetEgress
       "private_cidrs" $p.network.privateCIDRs -}}
+{{- /* The cluster's globalDefault PriorityClass is written into every pod that names none:
+       an allow-list always holds it (nothing is found by `helm template`). */ -}}
+{{- $allowed := $p.allowedPriorityClasses -}}
+{{- if kindIs "slice" $allowed -}}
+{{- range (lookup "scheduling.k8s.io/v1" "PriorityClass" "" "").items -}}
+{{- if .globalDefault -}}{{- $allowed = append $allowed .metadata.name -}}{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- $settings := dict
       "namespace_template" $p.namespaceTemplate
       "notebook_service_account" $p.notebookServiceAccount
@@ -75,7 +83,7 @@ app.kubernetes.io/component: gateway
       "pod_security" $p.podSecurity
       "resource_quota" $p.resourceQuota
       "limit_range" $p.limitRange
-      "allowed_priority_classes" $p.allowedPriorityClasses
+      "allowed_priority_classes" $allowed
       "network" $network -}}
 {{- toPrettyJson $settings -}}
 {{- end -}}
