@@ -140,7 +140,7 @@ class Deployment:
             api = await async_config.new_client_from_config(config_file=str(kubeconfig))
             async with api:
                 assert isinstance(api, async_client.ApiClient)
-                tokens = {"jupyterhub-api-token": SECRET_TOKENS[user]}
+                tokens = {"jupyterhub-api-token": SECRET_TOKENS.get(user, "t")}
                 return str(await self.hook.ensure_profile(api, self.settings, user, tokens))
 
         return asyncio.run(provision())
@@ -372,6 +372,9 @@ def test_no_pod_of_alices_reaches_bobs_and_her_own_reach_what_they_need(
         (alice_notebook, bob_worker, 29500, False),
         (alice_master, gateway, 8888, False),  # only notebook servers reach the front
         (alice_master, elsewhere, 6443, False),  # no private address but the API server's
+        (alice_master, Endpoint("169.254.169.254"), 80, False),  # the cloud's instance metadata
+        (alice_notebook, Endpoint("169.254.169.254"), 80, False),
+        (alice_master, Endpoint("100.100.100.200"), 80, False),  # another cloud's
     ]
     seen = [(s.ip, d.ip, port, net.allows(s, d, port)) for s, d, port, _ in expected]
     assert seen == [(s.ip, d.ip, port, allowed) for s, d, port, allowed in expected], seen
@@ -412,3 +415,26 @@ def test_forged_and_broken_jobs_in_her_namespace_never_reach_bobs_list(
     [broken] = [j for j in alice_jobs["jobs"] if j["id"] == "broken-of-alice"]
     assert broken["state"] == "failed" and "carries no valid distrun spec" in broken["reason"]
     assert "forged-for-bob" not in [j["id"] for j in alice_jobs["jobs"]]
+
+
+def test_a_user_never_takes_over_a_namespace_that_is_not_theirs(
+    deployment: Deployment, kube_cluster: KubeCluster
+) -> None:
+    """A hub user named `ops` against an existing `mu-ops` (made by someone else): the hook,
+    as the hub's ServiceAccount, refuses and binds nothing there; a user named like the
+    cluster's own namespace gets none with a template that would give it to them."""
+    from dataclasses import replace
+
+    taken = TEMPLATE.format(username="ops")
+    kube_cluster.create_namespace(taken)
+    try:
+        with pytest.raises(deployment.hook.ProfileRefused, match="already exists and is not"):
+            deployment._provision("ops")
+        rbac = kubernetes.client.RbacAuthorizationV1Api(kube_cluster.admin)
+        assert rbac.list_namespaced_role_binding(taken).items == []
+    finally:
+        kube_cluster.delete_namespace(taken)
+    bare = replace(deployment.settings, namespace_template="{username}")
+    for user in ("kube-system", deployment.hub_namespace):
+        with pytest.raises(deployment.hook.ProfileRefused, match="the cluster's or the hub's"):
+            deployment.hook.profile_objects(bare, user)
