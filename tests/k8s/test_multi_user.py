@@ -438,3 +438,42 @@ def test_a_user_never_takes_over_a_namespace_that_is_not_theirs(
     for user in ("kube-system", deployment.hub_namespace):
         with pytest.raises(deployment.hook.ProfileRefused, match="the cluster's or the hub's"):
             deployment.hook.profile_objects(bare, user)
+
+
+def test_with_the_charts_default_values_no_pod_of_a_user_names_a_priority_class(
+    deployment: Deployment,
+    kube_cluster: KubeCluster,
+    helm: Path,  # noqa: F811
+) -> None:
+    """The chart's default allow-list (none but the cluster's globalDefault, which this cluster
+    has not): carol's namespace, provisioned from the default settings, admits no pod that
+    names `system-node-critical` (which would preempt anyone's), whoever creates it."""
+    from dataclasses import replace
+
+    [configmap] = [
+        o for o in render(helm, namespace=deployment.hub_namespace)
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-profiles")
+    ]  # fmt: skip
+    defaults = deployment.hook.ProfileSettings.from_json(
+        json.loads(configmap["data"]["settings.json"])
+    )
+    assert defaults.allowed_priority_classes == ()
+    chosen, deployment.settings = (
+        deployment.settings,
+        replace(defaults, namespace_template=TEMPLATE),
+    )
+    try:
+        carol_ns = deployment._provision("carol")
+    finally:
+        deployment.settings = chosen
+    try:
+        admin_core = kubernetes.client.CoreV1Api(kube_cluster.admin)
+        attempts = Attempts()
+        answer = attempts.refused("a pod of carol's with system-node-critical", lambda:
+            admin_core.create_namespaced_pod(carol_ns, pod("crit", priorityClassName=
+                "system-node-critical"), dry_run="All"))  # fmt: skip
+        assert "exceeded quota: distrun-priority-classes" in answer
+        admin_core.create_namespaced_pod(carol_ns, pod("plain"), dry_run="All")  # none named
+        print(f"\n{attempts.report()}")
+    finally:
+        kube_cluster.delete_namespace(carol_ns)
