@@ -152,9 +152,12 @@ async def through_server(
     if status != 201:
         skip(f"POST /distrun/jobs answered {status}, not 201:\n{server.log_tail()}")
     ws_url = server.url.replace("http", "ws", 1) + f"/distrun/jobs/{job['id']}/logs/stream"
+    from distrun.core.stream_versions import STREAM_PROTOCOLS
+
     connection = await websocket_connect(
         HTTPRequest(ws_url, headers=server.headers()),
         max_message_size=256 << 20,
+        subprotocols=list(STREAM_PROTOCOLS),
         compression_options={} if deflate else None,  # permessage-deflate offered, or not
     )
     extensions = connection.headers.get("Sec-WebSocket-Extensions", "")

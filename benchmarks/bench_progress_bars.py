@@ -81,7 +81,11 @@ async def one_run(server: BenchServer, mode: str, replicas: int, seconds: float,
     if status != 201:
         skip(f"POST /distrun/jobs answered {status}:\n{server.log_tail()}")
     url = server.url.replace("http", "ws", 1) + f"/distrun/jobs/{job['id']}/logs/stream"
-    connection = await websocket_connect(HTTPRequest(url, headers=server.headers()))
+    from distrun.core.stream_versions import STREAM_PROTOCOLS
+
+    connection = await websocket_connect(
+        HTTPRequest(url, headers=server.headers()), subprotocols=list(STREAM_PROTOCOLS)
+    )
     assert server.process is not None
     ready = finished = received = messages = 0
     cpu_before = 0.0

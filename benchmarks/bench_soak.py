@@ -266,7 +266,11 @@ class Server:
             request = HTTPRequest(
                 f"{url}?since={since}" if since else url, headers=self.headers, request_timeout=300
             )
-            ws = await websocket_connect(request, max_message_size=64 << 20)
+            from distrun.core.stream_versions import STREAM_PROTOCOLS
+
+            ws = await websocket_connect(
+                request, max_message_size=64 << 20, subprotocols=list(STREAM_PROTOCOLS)
+            )
             leave_at = time.monotonic() + rng.uniform(10, 40) if viewer.resumes else None
             while (message := await ws.read_message()) is not None:
                 event = json.loads(message)

@@ -26,6 +26,8 @@ from urllib.parse import urlencode
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
+from distrun.core.stream_versions import STREAM_PROTOCOLS
+
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT = 120.0
 REQUEST_TIMEOUT = 120.0
@@ -201,7 +203,11 @@ class ServerProcess:
         request = HTTPRequest(
             url, headers={**self.headers, **(headers or {})}, request_timeout=REQUEST_TIMEOUT
         )
-        return await websocket_connect(request, max_message_size=64 * 1024 * 1024)
+        # The log stream's current version (the server gives version 1 to a client that offers
+        # none: core/stream_versions.py).
+        return await websocket_connect(
+            request, max_message_size=64 * 1024 * 1024, subprotocols=list(STREAM_PROTOCOLS)
+        )
 
     def url_of(self, path: str, query: Mapping[str, Any] | None = None) -> str:
         """The URL of `path` below the base URL; list values repeat their parameter."""

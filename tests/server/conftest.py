@@ -8,20 +8,24 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, ClassVar
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
 from jupyter_server.auth import Authorizer
 from jupyter_server.auth.identity import IdentityProvider, User
 from jupyter_server.serverapp import ServerApp
+from jupyter_server.utils import url_path_join
 from openapi_core import OpenAPI
 from openapi_core.testing import MockRequest, MockResponse
 
 # The jp_* fixtures (pytest_plugins is only honoured in the rootdir's conftest).
 from pytest_jupyter.jupyter_server import *
-from tornado.httpclient import HTTPResponse
+from tornado.escape import url_escape
+from tornado.httpclient import HTTPRequest, HTTPResponse
 from tornado.web import RequestHandler
+from tornado.websocket import WebSocketClientConnection, websocket_connect
 
+from distrun.core.stream_versions import STREAM_PROTOCOLS
 from distrun.server.app import DistrunApp
 from tests.fake_engine import FakeEngine
 
@@ -187,3 +191,27 @@ def checked(http_server_client, jp_auth_header):
         return response.code, response.body.decode()
 
     return call
+
+
+@pytest.fixture
+def jp_ws_fetch(
+    jp_serverapp: Any, jp_auth_header: dict[str, str], jp_http_port: int, jp_base_url: str
+) -> Callable[..., Awaitable[WebSocketClientConnection]]:
+    """Opens a websocket to the test server (as pytest-jupyter's does), offering the log
+    stream's versions as current clients do (a client that offers none gets version 1:
+    core/stream_versions.py); `subprotocols=[]` offers none."""
+
+    def connect(
+        *parts: str, headers: dict[str, str] | None = None, params: Any = None, **kwargs: Any
+    ) -> Awaitable[WebSocketClientConnection]:
+        path = url_path_join(jp_base_url, url_escape(url_path_join(*parts), plus=False))
+        query = f"?{urlencode(params)}" if params else ""
+        request = HTTPRequest(
+            f"ws://localhost:{jp_http_port}{path}{query}",
+            headers={**jp_auth_header, **(headers or {})},
+            connect_timeout=120,
+        )
+        kwargs.setdefault("subprotocols", list(STREAM_PROTOCOLS))
+        return websocket_connect(request, **kwargs)
+
+    return connect

@@ -97,8 +97,13 @@ export interface ILineRun {
 }
 
 /** A server -> client websocket frame of `/distrun/jobs/{id}/logs/stream`. */
+/** The log stream's versions, newest first (core/stream_versions.py). */
+export const STREAM_PROTOCOLS = ['distrun.logs.v2', 'distrun.logs.v1'];
+
 export type StreamMessage =
   | { type: 'runs'; runs: ILineRun[] }
+  /** Version 1 (a server that selected it, or none): a row per line. */
+  | { type: 'lines'; lines: LogTuple[] }
   /** Replicas' unfinished lines (a progress bar being drawn), as a terminal shows them. */
   | { type: 'partial'; lines: LogTuple[] }
   | { type: 'status'; job: IJob }

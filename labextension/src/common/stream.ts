@@ -9,7 +9,7 @@ import { logStreamUrl } from './api';
 import { LogBuffer } from './logbuffer';
 import { linesOfRuns } from './runs';
 import { traceMark } from './trace';
-import { IJob, LogTuple, StreamMessage } from './model';
+import { IJob, LogTuple, STREAM_PROTOCOLS, StreamMessage } from './model';
 import { ITrans } from './trans';
 
 export interface IStreamHandlers {
@@ -43,7 +43,10 @@ export class JobStream implements IDisposable {
     if (this._disposed || this._finished) {
       return;
     }
-    const socket = new WebSocket(logStreamUrl(this.jobId, this._since()));
+    const socket = new WebSocket(
+      logStreamUrl(this.jobId, this._since()),
+      STREAM_PROTOCOLS
+    );
     if (!this._opened) {
       socket.onopen = () => traceMark('stream-open', this.jobId);
       this._opened = true;
@@ -82,6 +85,9 @@ export class JobStream implements IDisposable {
           this._linesSeen = true;
         }
         this._handlers.lines(linesOfRuns(message.runs));
+        break;
+      case 'lines':
+        this._handlers.lines(message.lines);
         break;
       case 'partial':
         this._handlers.partial(message.lines);

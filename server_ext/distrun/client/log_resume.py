@@ -88,8 +88,9 @@ async def _stream_events(stream: MessageStream, cursor: Cursor) -> AsyncIterator
             break
         message = _decode(raw)
         kind = message.get("type")
-        if kind == "runs":
-            fresh = fresh_lines(rows_of_runs(message.get("runs", [])), cursor)
+        if kind in ("runs", "lines"):  # version 2's columns, or version 1's rows
+            rows = rows_of_runs(message.get("runs", [])) if kind == "runs" else message["lines"]
+            fresh = fresh_lines(rows, cursor)
             if fresh:
                 yield LinesEvent(fresh)
         elif kind == "partial":

@@ -28,6 +28,7 @@ from distrun.core.errors import (
 )
 from distrun.core.logs import Cursor, LogLine
 from distrun.core.spec import JobSpec, Limits
+from distrun.core.stream_versions import STREAM_PROTOCOLS
 
 _ERRORS_BY_STATUS: dict[int, type[DistrunError]] = {
     400: SpecError,
@@ -165,7 +166,7 @@ class ServerClient:
         return Limits(**{k: v for k, v in given.items() if k in known and isinstance(v, int)})
 
     async def submit(self, spec: JobSpec) -> dict[str, Any]:
-        job: dict[str, Any] = await self._request("POST", "distrun/jobs", {"spec": spec.to_dict()})
+        job: dict[str, Any] = await self._request("POST", "distrun/jobs", {"spec": wire_spec(spec)})
         return job
 
     async def submit_cell(
@@ -181,7 +182,7 @@ class ServerClient:
 
     async def submit_experiment(self, spec: JobSpec, sweep: dict[str, Any]) -> dict[str, Any]:
         """Hands a sweep (core/sweep.to_dict) of `spec` to the cluster's Katib."""
-        body = {"spec": spec.to_dict(), "sweep": sweep, "via": "katib"}
+        body = {"spec": wire_spec(spec), "sweep": sweep, "via": "katib"}
         created: dict[str, Any] = await self._request("POST", "distrun/sweeps", body)
         return created
 
@@ -235,7 +236,7 @@ class ServerClient:
             connect_timeout=20.0,
         )
         try:
-            connection = await websocket_connect(request)
+            connection = await websocket_connect(request, subprotocols=list(STREAM_PROTOCOLS))
         except HTTPClientError as exc:
             if exc.code >= 500 or exc.code == 599:
                 raise StreamDisconnected(f"HTTP {exc.code}") from None
@@ -255,3 +256,18 @@ class ServerClient:
 
     async def close(self) -> None:
         return None
+
+
+def wire_spec(spec: JobSpec) -> dict[str, Any]:
+    """The spec as sent: without the top-level fields left at their defaults, so that a server
+    older than a field still takes a spec that does not use it (a kernel's client is often
+    newer or older than the server)."""
+    full = spec.to_dict()
+    required = {name: full[name] for name in ("framework", "code", "roles")}
+    try:
+        defaults = JobSpec.from_dict(required).to_dict()
+    except SpecError:  # valid only with some other field set: send them all
+        return full
+    return {
+        name: value for name, value in full.items() if name in required or value != defaults[name]
+    }

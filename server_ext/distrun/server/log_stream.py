@@ -7,7 +7,16 @@ the first, capture times in epoch milliseconds, texts; JSON without an object pe
 load each read brings many lines, which go out in frames of at most `FRAME_MAX_LINES` lines /
 about `FRAME_MAX_BYTES` bytes. A replica's
 unfinished line (a progress bar being redrawn) goes out as a `partial` message whenever it
-changes, a few times a second at most. A job's status goes out as it changes, except its end:
+changes, a few times a second at most.
+
+Versioned by the websocket subprotocol the client offers (Sec-WebSocket-Protocol), as
+core/stream_versions.py names them.
+A client that offers none gets version 1, the shape of the first release (`lines`: a row per
+line), so that clients built before versions existed keep working; a client that offers only
+versions this server does not serve gets its first one selected (a browser fails a handshake
+that selects none), then an `error` message naming the versions served and close code 4406.
+
+A job's status goes out as it changes, except its end:
 a terminal status is held until the follower has given every line, so that a client never sees
 the end before the last line (a job that had ended before the client came included), then
 `end`. Closing the socket cancels the task, which closes the follower.
@@ -37,12 +46,16 @@ from distrun.core.errors import DistrunError, TooManyOpen
 from distrun.core.job import Job
 from distrun.core.jobids import check_job_id
 from distrun.core.logs import JobUpdate, LineRun, LogBatch, LogEvent, PartialUpdate
+from distrun.core.stream_versions import STREAM_PROTOCOLS, V1_LINES, V2_RUNS
 from distrun.server.handlers import limit_body_size, line_json
 from distrun.server.http_errors import WS_CLOSE_INTERNAL_ERROR, error_body, ws_close_code
 from distrun.server.params import check_replicas, parse_replicas, parse_since
 
 if TYPE_CHECKING:
     from distrun.server.app import DistrunApp
+
+PROTOCOLS = STREAM_PROTOCOLS
+WS_CLOSE_UNSERVED_PROTOCOL = 4406  # 4000 + 406 Not Acceptable
 
 FRAME_MAX_LINES = 2_000
 FRAME_MAX_BYTES = 256 * 1024
@@ -107,19 +120,28 @@ def runs_message(runs: list[LineRun]) -> bytes:
 
 # The frames of batches still alive, by the batch's id: an engine that hands one batch object to
 # every follower at the same cursor (the local engine does) gets it encoded once for them all.
-_encoded: dict[int, list[bytes]] = {}
+_encoded: dict[int, dict[str, list[bytes]]] = {}
 
 
-def encoded_frames(batch: LogBatch) -> list[bytes]:
-    """The `runs` messages of a batch, as UTF-8 JSON (sent as text frames); encoded once per
-    batch object."""
+def lines_message(runs: list[LineRun]) -> bytes:
+    """Version 1's `lines` message: a row per line, in capture order, its time in seconds."""
+    rows = [line_json(line) for line in LogBatch(runs=runs).lines]
+    return json.dumps({"type": "lines", "lines": rows}).encode()
+
+
+def encoded_frames(batch: LogBatch, protocol: str = V2_RUNS) -> list[bytes]:
+    """The messages of a batch in `protocol`'s shape, as UTF-8 JSON (sent as text frames);
+    encoded once per batch object and shape."""
+    encode = runs_message if protocol == V2_RUNS else lines_message
     key = id(batch)
-    messages = _encoded.get(key)
+    messages = _encoded.get(key, {}).get(protocol)
     if messages is None:
-        messages = [runs_message(frame) for frame in frames(batch.runs)]
-        _encoded[key] = messages
-        # Forgotten with the batch (before its id can be reused).
-        weakref.finalize(batch, _encoded.pop, key, None)
+        messages = [encode(frame) for frame in frames(batch.runs)]
+        if key not in _encoded:
+            _encoded[key] = {}
+            # Forgotten with the batch (before its id can be reused).
+            weakref.finalize(batch, _encoded.pop, key, None)
+        _encoded[key][protocol] = messages
     return messages
 
 
@@ -151,12 +173,33 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
         self.owner = self.app.owner_of(self.current_user)
         await super().get(job_id)
 
+    def select_subprotocol(self, subprotocols: list[str]) -> str | None:
+        """The first version offered that is served; none offered: version 1; none served: the
+        first offered (refused in words once open)."""
+        served = [name for name in subprotocols if name in PROTOCOLS]
+        self.protocol = served[0] if served else V1_LINES
+        self.unserved = subprotocols if subprotocols and not served else None
+        chosen = served or subprotocols
+        return chosen[0] if chosen else None
+
+    protocol = V1_LINES
+    unserved: list[str] | None = None
+
     def open(self, job_id: str) -> None:
         super().open(job_id)
         # Without it, Nagle's algorithm and delayed ACKs hold small frames back ~40 ms.
         self.set_nodelay(True)
-        self._task = asyncio.create_task(self._stream(job_id))
+        work = self._refuse_protocol() if self.unserved is not None else self._stream(job_id)
+        self._task = asyncio.create_task(work)
         self.app.track(self._task, self)
+
+    async def _refuse_protocol(self) -> None:
+        offered = ", ".join(self.unserved or [])
+        message = (
+            f"this server serves the log stream versions {', '.join(PROTOCOLS)}, not {offered}: "
+            "use a distrun client of a version this server serves, or upgrade the server"
+        )
+        await self._close_with_error({"message": message}, WS_CLOSE_UNSERVED_PROTOCOL)
 
     def on_message(self, message: str | bytes) -> None:
         """The client sends nothing this server needs."""
@@ -233,7 +276,7 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
         async with _closing(follower) as events:
             async for event in events:
                 if isinstance(event, LogBatch):
-                    for message in encoded_frames(event):
+                    for message in encoded_frames(event, self.protocol):
                         await self.write_message(message)
                 elif isinstance(event, PartialUpdate):
                     await self._send(
