@@ -11,6 +11,10 @@ import kubernetes
 import pytest
 import yaml
 
+from distrun.engines.kube.kubeflow import KubeflowEngine
+from distrun.engines.kube.trainer import TrainerEngine
+from distrun.engines.kube.volcano import VolcanoEngine
+
 from ..k8s.cluster import KubeCluster
 from ..k8s.conftest import kube_cluster  # noqa: F401  (the session's control plane)
 from .test_chart import CHART, helm, render  # noqa: F401
@@ -120,3 +124,73 @@ def test_the_singleuser_account_can_run_jobs_in_its_namespace_and_nothing_elsewh
     assert allowed(kube_cluster, gateway, release, ("create", "", "pods", ""))
     assert not allowed(kube_cluster, gateway, release, ("get", "", "secrets", ""))
     assert not allowed(kube_cluster, gateway, other, ("create", "", "pods", ""))
+
+
+def engine_requests() -> list[tuple[str, str, str, str]]:
+    """Every request distrun's Kubernetes engines make in a user's namespace, from the engines
+    themselves (`KubeEngine.access`), as (verb, group, resource, subresource)."""
+    found = {
+        (a.verb, a.resource.group, a.resource.plural, a.subresource)
+        for engine in (KubeflowEngine, TrainerEngine, VolcanoEngine)
+        for a in engine.access()
+    }
+    return sorted(found)
+
+
+def test_the_engines_declare_what_the_docs_say_they_need() -> None:
+    requests = engine_requests()
+    assert ("update", "", "configmaps", "") in requests  # the log ledger
+    assert ("get", "scheduling.volcano.sh", "podgroups", "") in requests
+    assert ("delete", "trainer.kubeflow.org", "trainjobs", "") in requests
+    assert ("get", "", "pods", "log") in requests
+
+
+@pytest.mark.parametrize("mode", ["profiles", "shared"])
+def test_the_chart_grants_every_request_the_engines_make_in_both_namespace_modes(
+    kube_cluster: KubeCluster,  # noqa: F811
+    helm: Path,  # noqa: F811
+    namespaces: tuple[str, str],
+    mode: str,
+) -> None:
+    """SubjectAccessReviews for each verb of each resource the engines use: with profiles, as
+    the notebook ServiceAccount of a user's namespace bound to the chart's ClusterRole (the
+    binding the hub's profile hook makes); without, as the singleuser ServiceAccount with the
+    chart's Role in the jobs' namespace. Nothing in another namespace."""
+    release, other = namespaces
+    if mode == "profiles":
+        roles = [o for o in render(helm, namespace=release) if o["kind"] == "ClusterRole"]
+        [notebook] = [r for r in roles if r["metadata"]["name"].endswith("-notebook")]
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "distrun-notebook", "namespace": other},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": notebook["metadata"]["name"]},
+            "subjects": [{"kind": "ServiceAccount", "name": "distrun-notebook",
+                          "namespace": other}],
+        }  # fmt: skip
+        objects, user_namespace, elsewhere = [notebook, binding], other, release
+        user = f"system:serviceaccount:{other}:distrun-notebook"
+    else:
+        objects = [
+            obj
+            for obj in render(helm, "--set", "profiles.enabled=false", namespace=release)
+            if obj["kind"] in ("ServiceAccount", "Role", "RoleBinding")
+        ]
+        user_namespace, elsewhere = release, other
+        user = f"system:serviceaccount:{release}:distrun-singleuser"
+    kubectl(kube_cluster, "apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+    try:
+        missing = [
+            check
+            for check in engine_requests()
+            if not allowed(kube_cluster, user, user_namespace, check)
+        ]
+        assert missing == [], f"the chart's {mode} role lacks {missing}"
+        granted_elsewhere = [
+            check for check in engine_requests() if allowed(kube_cluster, user, elsewhere, check)
+        ]
+        assert granted_elsewhere == []
+    finally:
+        if mode == "profiles":
+            kubectl(kube_cluster, "delete", "clusterrole", notebook["metadata"]["name"])

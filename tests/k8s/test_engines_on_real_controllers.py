@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import kubernetes
+import kubernetes_asyncio.watch
 import pytest
 from kubernetes_asyncio import client
 
@@ -277,6 +278,7 @@ async def test_a_trainjob_runs_on_the_torch_runtime_and_reports_status_and_logs(
         [main] = [c for c in pod.spec.containers if c.name == trainer.container_name(job_spec)]
         env = {var.name: var.value for var in main.env or []}
         assert env.get("PET_NNODES") == "2", env
+        assert env.get("PET_NPROC_PER_NODE") == "1", env  # one process per replica, not "auto"
         log = controllers_cluster.pod_log(namespace, pod.metadata.name)
         log.write(f"hello from node {index}")
     lines: dict[str, list[tuple[int, str]]] = {"master-0": [], "worker-0": []}
@@ -302,3 +304,76 @@ async def test_a_trainjob_runs_on_the_torch_runtime_and_reports_status_and_logs(
 def meta(pod: Any) -> dict[str, Any]:
     """The pod's metadata as the API writes it (camelCase keys the engine reads)."""
     return {"metadata": {"labels": pod.metadata.labels, "annotations": pod.metadata.annotations}}
+
+
+async def remains_of(api: Any, namespace: str, job_id: str) -> dict[str, list[str]]:
+    """What is left of a TrainJob: itself, its JobSet, their Jobs, pods and ConfigMaps (the
+    code and Trainer's runtime snapshots; the namespace's CA bundle aside)."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    selector = f"jobset.sigs.k8s.io/jobset-name={job_id}"
+    found: dict[str, list[str]] = {}
+    for group, version, plural in (
+        ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
+        ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+    ):
+        listed = await custom.list_namespaced_custom_object(group, version, namespace, plural)
+        found[plural] = [item["metadata"]["name"] for item in listed["items"]]
+    jobs = await client.BatchV1Api(api).list_namespaced_job(namespace, label_selector=selector)
+    found["jobs"] = [job.metadata.name for job in jobs.items]
+    pods = await core.list_namespaced_pod(namespace, label_selector=selector)
+    found["pods"] = [pod.metadata.name for pod in pods.items]
+    maps = await core.list_namespaced_config_map(namespace)
+    found["configmaps"] = [m.metadata.name for m in maps.items if m.metadata.name != ROOT_CA]
+    return found
+
+
+ROOT_CA = "kube-root-ca.crt"
+GONE_WITHIN = 10.0  # the issue's bound: cancel must not leave a cluster busy for minutes
+
+
+async def pods_added(api: Any, namespace: str, selector: str, since: str, into: list[str]) -> None:
+    """Appends the name of every pod created after resourceVersion `since`."""
+    watch = kubernetes_asyncio.watch.Watch()
+    core = client.CoreV1Api(api)
+    async with watch.stream(
+        core.list_namespaced_pod, namespace, label_selector=selector, resource_version=since
+    ) as events:
+        async for event in events:
+            if event["type"] == "ADDED":
+                into.append(event["object"].metadata.name)
+
+
+@pytest.mark.parametrize("action", ["cancel", "delete"])
+async def test_cancelling_or_deleting_a_trainjob_leaves_nothing_and_starts_no_pod(
+    trainer: TrainerEngine, admin: Any, namespace: str, action: str
+) -> None:
+    """Trainer re-applies the JobSet of a TrainJob that waits for its dependents (Foreground
+    deletion), so pods kept coming after a cancel; deleted in the Background, the TrainJob,
+    its JobSet, Jobs, pods and ConfigMaps are gone at once and no pod is made after."""
+    job = await trainer.submit(spec({"master": 1, "worker": 1}), OWNER)
+    selector = trainer.pod_selector(job.id)
+    await eventually(lambda: pods_of(admin, namespace, selector), all_running(2), "the pods")
+    listed = await client.CoreV1Api(admin).list_namespaced_pod(namespace, label_selector=selector)
+    created: list[str] = []
+    watcher = asyncio.create_task(
+        pods_added(admin, namespace, selector, listed.metadata.resource_version, created)
+    )
+    try:
+        if action == "cancel":
+            cancelled = await trainer.cancel(job.id, OWNER)
+            assert cancelled.state == JobState.CANCELLED
+        else:
+            await trainer.delete(job.id, OWNER)
+        nothing = {k: [] for k in ("trainjobs", "jobsets", "jobs", "pods", "configmaps")}
+        left = await eventually(
+            lambda: remains_of(admin, namespace, job.id),
+            lambda found: found == nothing,
+            f"nothing of the job left after its {action}",
+            timeout=GONE_WITHIN,
+        )
+        print(f"--- after {action}: {left}")
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    assert created == [], f"pods created after the {action}: {created}"

@@ -77,6 +77,24 @@ def test_pytorch_job_has_one_master_and_the_requested_workers() -> None:
     assert specs["Worker"]["replicas"] == 3
 
 
+def test_every_engine_asks_for_one_pytorch_process_per_replica(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not the operators' "auto" (torchrun: one process per host CPU on a CPU node): the
+    PyTorchJob's nprocPerNode, the TrainJob's numProcPerNode and the launcher's environment
+    all say 1, as the local engine does."""
+    s = spec(roles={"worker": {"replicas": 1}})
+    assert kubeflow(s)["spec"]["nprocPerNode"] == "1"
+    assert "nprocPerNode" not in kubeflow(spec("tensorflow"))["spec"]
+    bundle = trainer_bundle(s, TARGET)
+    job = trainjob(s, TARGET, OPTIONS, bundle, runtime="torch-distributed")
+    assert job["spec"]["trainer"]["numProcPerNode"] == 1
+    seen = run_launcher(
+        tmp_path, bundle, {"DISTRUN_GROUP": "node", "JOB_COMPLETION_INDEX": "1"}, monkeypatch
+    )
+    assert seen["env"]["PET_NPROC_PER_NODE"] == "1"
+
+
 def test_generic_framework_has_no_kubeflow_kind() -> None:
     with pytest.raises(SpecError, match="no job kind for generic"):
         kubeflow(spec("generic"))

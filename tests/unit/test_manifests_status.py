@@ -92,12 +92,24 @@ def test_describe_names_the_failed_replica_with_its_exit_code_and_message() -> N
     )
     job = describe("kubeflow", obj, stored_spec(obj), {"worker-0": failed}, Phase(JobState.FAILED))
     assert job.failed_replica == "worker-0"
-    assert job.reason == "worker-0 exited with code 3: CUDA OOM"
+    assert job.reason == "worker-0 failed: exit code 3: CUDA OOM"
     # master-0's pod is gone: the operator stops the replicas still running when a job ends.
     assert job.replicas[0].state == JobState.CANCELLED
     assert job.replicas[0].reason == "stopped when the job ended (the controller removed its pod)"
     running = describe("kubeflow", obj, stored_spec(obj), {}, Phase(None))
     assert running.replicas[0].reason == "no pod yet"  # an unfinished job's pods may still come
+
+
+def test_a_failed_replica_explains_the_failure_not_the_operators_backoff_message() -> None:
+    """No restart asked: the Training Operator still words it as a backoff limit."""
+    obj = job_object()
+    failed = pod("Failed", state={"terminated": {"exitCode": 1}})
+    words = f"Job {obj['metadata']['name']} has failed because it has reached the specified backoff limit"
+    phase = Phase(JobState.FAILED, words)
+    job = describe("kubeflow", obj, stored_spec(obj), {"master-0": failed}, phase)
+    assert job.reason == "master-0 failed: exit code 1"
+    gone = describe("kubeflow", obj, stored_spec(obj), {}, phase)
+    assert gone.reason == words  # no pod left to say more
 
 
 def test_pending_reason_comes_from_the_scheduler_or_the_waiting_container() -> None:

@@ -72,13 +72,14 @@ def test_pytorch_every_replica_points_master_addr_and_port_at_master_0() -> None
         assert env["MASTER_PORT"] == env["PET_MASTER_PORT"] == str(master.port)
 
 
-def test_pytorch_world_size_is_all_replicas_since_nproc_per_node_defaults_to_auto() -> None:
-    # pytorch_defaults.go setDefaultNprocPerNode sets "auto"; getNprocPerNodeInt reads it as 1.
+def test_pytorch_runs_one_process_per_replica_so_the_world_is_all_replicas() -> None:
+    # distrun asks every operator for nprocPerNode 1 (not "auto": one per host CPU on a CPU
+    # node); WORLD_SIZE is replicas * nprocPerNode.
     spec = make_spec("pytorch", master=1, worker=4)
     for env in envs(spec).values():
         assert env["WORLD_SIZE"] == "5"
         assert env["PET_NNODES"] == "5"
-        assert env["PET_NPROC_PER_NODE"] == "auto"
+        assert env["PET_NPROC_PER_NODE"] == "1"
         assert env["PYTHONUNBUFFERED"] == "1"
 
 
@@ -119,7 +120,7 @@ def test_pytorch_on_the_cluster_uses_the_master_service_name_and_port_23456() ->
         "WORLD_SIZE": "2",
         "RANK": "1",
         "PET_NODE_RANK": "1",
-        "PET_NPROC_PER_NODE": "auto",
+        "PET_NPROC_PER_NODE": "1",
         "PET_NNODES": "2",
     }
 

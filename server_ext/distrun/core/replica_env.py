@@ -30,9 +30,11 @@ from distrun.core.spec import JobSpec
 # Where the MPI operator mounts its ConfigMap on the launcher (mpi/mpijob.go configMountPath).
 MPI_HOSTFILE_PATH = "/etc/mpi/hostfile"
 MPI_RSH_AGENT_PATH = "/etc/mpi/kubexec.sh"
-# The operator's defaulting sets nprocPerNode to "auto" when there is no elastic policy
-# (apis/kubeflow.org/v1/pytorch_defaults.go); distrun specs have neither.
-PYTORCH_NPROC_PER_NODE = "auto"
+# One process per replica on every engine: a replica is one process (WORLD_SIZE counts
+# replicas), so torchrun started in one should not start more. "auto" (the Training Operator's
+# default) means one per GPU, else one per host CPU, whatever the replica asked for; distrun's
+# cluster engines ask for 1 (PyTorchJob `nprocPerNode`, TrainJob `numProcPerNode`).
+PYTORCH_NPROC_PER_NODE = "1"
 # distrun's own defaults, below everything else.
 DEFAULT_ENV = {"PYTHONUNBUFFERED": "1"}
 
@@ -191,7 +193,7 @@ def _pytorch(r: _Replica) -> dict[str, str]:
     if "master" in r.spec.roles:
         master = r.address("master-0")
         rank = r.index + 1 if r.role == "worker" else r.index
-        # WORLD_SIZE is replicas * nprocPerNode, and "auto" counts as 1.
+        # WORLD_SIZE is replicas * nprocPerNode (1).
         env.update(
             {
                 "MASTER_PORT": str(master.port),

@@ -100,6 +100,19 @@ class Resource:
     plural: str
 
 
+@dataclass(frozen=True)
+class Access:
+    """One request an engine makes of the API server, as RBAC names it."""
+
+    verb: str
+    resource: Resource
+    subresource: str = ""
+
+
+def accesses(resource: Resource, *verbs: str, subresource: str = "") -> tuple[Access, ...]:
+    return tuple(Access(verb, resource, subresource) for verb in verbs)
+
+
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 PODS = Resource("", "v1", "pods")
 CONFIGMAPS = Resource("", "v1", "configmaps")
@@ -174,8 +187,12 @@ class KubeApi:
     async def replace(self, res: Resource, namespace: str, name: str, body: Obj, what: str) -> Obj:
         return await self._call(what, self._method(res, "replace"), namespace, name, body)
 
-    async def delete(self, res: Resource, namespace: str, name: str, what: str) -> Obj:
-        body = {"propagationPolicy": "Foreground"}
+    async def delete(
+        self, res: Resource, namespace: str, name: str, what: str, propagation: str = "Foreground"
+    ) -> Obj:
+        """Deletes `name`; Foreground: the object stays, marked, until its dependents are gone;
+        Background: it goes at once and the garbage collector removes its dependents."""
+        body = {"propagationPolicy": propagation}
         return await self._call(what, self._method(res, "delete"), namespace, name, body=body)
 
     async def watch(

@@ -34,16 +34,19 @@ from distrun.engines.cursors import selected_replicas, start_seqs
 from distrun.engines.kube.anchors import AnchorPolicy
 from distrun.engines.kube.client import (
     CONFIGMAPS,
+    EVENTS,
     PODS,
+    Access,
     KubeApi,
     Obj,
     Resource,
+    accesses,
     namespace_for,
     new_api_client,
 )
 from distrun.engines.kube.feeds import JobFeed, follow_feed
 from distrun.engines.kube.gpu_modes import SHARED_GPU, GpuMode, gpu_shortage, pod_gpus
-from distrun.engines.kube.kueue import check_queue_system, workload_reason
+from distrun.engines.kube.kueue import WORKLOADS, check_queue_system, workload_reason
 from distrun.engines.kube.logs import (
     LedgerStore,
     LogContext,
@@ -75,6 +78,18 @@ _STORED_SPEC_LIMITS = Limits(
     max_replicas=1_000_000, max_gpus_per_replica=1_000_000, max_payload_bytes=1 << 60
 )
 LAST_LINES = 20
+# What every Kubernetes engine asks of the API server in a user's namespace besides its job
+# kinds (the chart's roles grant exactly this: tests/helm/test_chart_cluster.py).
+SHARED_ACCESS = (
+    # the code ConfigMap: created with the job, its metadata listed to count a user's jobs,
+    # read and replaced for the log ledger and anchors
+    *accesses(CONFIGMAPS, "create", "get", "list", "update"),
+    *accesses(PODS, "list", "watch", "delete"),  # delete: stopping an ended job's replicas
+    *accesses(PODS, "get", subresource="log"),
+    *accesses(EVENTS, "list"),  # why a job waits
+    *accesses(WORKLOADS, "list"),  # why Kueue holds it
+)
+JOB_VERBS = ("create", "get", "list", "watch", "delete")
 
 
 @dataclass(frozen=True)
@@ -97,6 +112,18 @@ class KubeEngine:
     kinds: tuple[str, ...] = ()
     operator = "the operator that runs these jobs"  # what to install when the kinds are missing
     kueue_manages = True  # whether Kueue can queue this engine's kind
+    # How cancel and delete remove the job object: Foreground keeps it, cancelled, until the
+    # controller's objects and pods are gone; an engine whose controller re-creates its
+    # children while the job waits for them (Trainer v2) deletes in the Background.
+    deletion_propagation = "Foreground"
+
+    @classmethod
+    def access(cls) -> tuple[Access, ...]:
+        """Every request this engine makes in a user's namespace."""
+        kinds = tuple(a for resource in cls.resources for a in accesses(resource, *JOB_VERBS))
+        return kinds + SHARED_ACCESS + cls.extra_access
+
+    extra_access: tuple[Access, ...] = ()  # what one kind needs besides the shared requests
 
     def __init__(
         self,
@@ -337,7 +364,13 @@ class KubeEngine:
             return await self.get_job(job_id, owner)
         try:
             namespace = obj["metadata"]["namespace"]
-            obj = await api.delete(self.resource_of(obj), namespace, job_id, "cancel the job")
+            obj = await api.delete(
+                self.resource_of(obj),
+                namespace,
+                job_id,
+                "cancel the job",
+                self.deletion_propagation,
+            )
         except NotFound:
             pass
         obj.setdefault("metadata", {}).setdefault("deletionTimestamp", "now")
@@ -348,7 +381,13 @@ class KubeEngine:
         obj = await self._owned_object(api, job_id, owner)
         with contextlib.suppress(NotFound):
             namespace = obj["metadata"]["namespace"]
-            await api.delete(self.resource_of(obj), namespace, job_id, "delete the job")
+            await api.delete(
+                self.resource_of(obj),
+                namespace,
+                job_id,
+                "delete the job",
+                self.deletion_propagation,
+            )
 
     async def read_logs(
         self,
@@ -655,8 +694,10 @@ def describe(engine: str, obj: Obj, spec: JobSpec, pods: dict[str, Obj], phase: 
     failed = next((r for r in replicas if r.state == JobState.FAILED), None)
     if state == JobState.PENDING and reason is None:
         reason = pending_reason(replicas) or "waiting for the controller to create the pods"
-    if state == JobState.FAILED and reason is None and failed is not None:
-        reason = f"{failed.name} {failed.reason or 'failed'}"
+    if state == JobState.FAILED and failed is not None:
+        # The replica and its exit, as the local engine says it, not the controller's summary
+        # (the Training Operator words a failure with no restart asked as a backoff limit).
+        reason = f"{failed.name} failed: {failed.reason or 'no exit code'}"
     started = phase.started_at or min(
         (r.started_at for r in replicas if r.started_at is not None), default=None
     )
@@ -722,7 +763,7 @@ def replica_status(name: str, pod: Obj | None) -> ReplicaStatus:
         status.state = JobState.FAILED
         code = status.exit_code
         message = (terminated or {}).get("message") or pod_status.get("message")
-        status.reason = f"exited with code {code}" if code is not None else "failed"
+        status.reason = f"exit code {code}" if code is not None else "failed"
         if message:
             status.reason += f": {message.strip()}"
     else:

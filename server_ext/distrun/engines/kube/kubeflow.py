@@ -9,7 +9,7 @@ from distrun.core.errors import DistrunError, NotFound
 from distrun.core.job import JobState
 from distrun.core.spec import JobSpec
 from distrun.core.sweep import SweepSpec
-from distrun.engines.kube.client import CONFIGMAPS, KubeApi, Obj, Resource
+from distrun.engines.kube.client import CONFIGMAPS, KubeApi, Obj, Resource, accesses
 from distrun.engines.kube.engine import KubeEngine, Phase, conditions_phase
 from distrun.engines.kube.katib import EXPERIMENTS, experiment_configmap, katib_experiment
 from distrun.engines.kube.manifests.common import Target
@@ -33,6 +33,7 @@ class KubeflowEngine(KubeEngine):
     operator = "the Kubeflow Training Operator v1 (v1.9 or later)"
     kinds = tuple(KINDS)
     resources = tuple(Resource("kubeflow.org", "v1", plural) for plural, _key in KINDS.values())
+    extra_access = accesses(EXPERIMENTS, "create", "delete")  # sweeps handed to Katib
 
     def resource_for(self, spec: JobSpec) -> Resource:
         kind = kubeflow_framework(spec).kubeflow_kind

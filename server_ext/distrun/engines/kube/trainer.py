@@ -31,6 +31,11 @@ class TrainerEngine(KubeEngine):
     operator = "Kubeflow Trainer v2 and its training runtimes"
     kinds = ("TrainJob",)
     resources = (Resource("trainer.kubeflow.org", "v1alpha1", PLURAL),)
+    # Trainer v2.3.0 reconciles a TrainJob that waits for its dependents (Foreground deletion)
+    # and applies its JobSet again as the garbage collector deletes it: new pods keep coming.
+    # Deleted in the Background, the TrainJob goes at once and its JobSet, Jobs, pods and
+    # ConfigMaps follow it.
+    deletion_propagation = "Background"
 
     def __init__(
         self,

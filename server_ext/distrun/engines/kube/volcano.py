@@ -5,7 +5,7 @@ from distrun.core.errors import DistrunError
 from distrun.core.frameworks import FRAMEWORKS
 from distrun.core.job import Job, JobState
 from distrun.core.spec import JobSpec
-from distrun.engines.kube.client import KubeApi, Obj, Resource
+from distrun.engines.kube.client import KubeApi, Obj, Resource, accesses
 from distrun.engines.kube.engine import KubeEngine, Phase, k8s_time
 from distrun.engines.kube.gpu_modes import gpu_shortage
 from distrun.engines.kube.manifests.common import Target
@@ -41,6 +41,7 @@ class VolcanoEngine(KubeEngine):
     kinds = ("Job",)
     kueue_manages = False  # Kueue has no integration for Volcano jobs
     resources = (Resource("batch.volcano.sh", "v1alpha1", PLURAL),)
+    extra_access = accesses(PODGROUPS, "get")  # why a gang waits
 
     def build(self, spec: JobSpec, target: Target) -> tuple[Obj, CodeBundle]:
         bundle = volcano_bundle(spec, target)

@@ -12,6 +12,7 @@ from typing import Any
 from distrun.core.entrypoint import argv
 from distrun.core.errors import SpecError
 from distrun.core.frameworks import FRAMEWORKS, Framework
+from distrun.core.replica_env import PYTORCH_NPROC_PER_NODE
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.manifests.common import (
     CODE_DIR,
@@ -79,6 +80,8 @@ def kubeflow_job(
     body: dict[str, Any] = {specs_key: replica_specs, "runPolicy": run_policy(spec, options)}
     if kind == "MPIJob":
         body["slotsPerWorker"] = 1
+    if kind == "PyTorchJob":
+        body["nprocPerNode"] = PYTORCH_NPROC_PER_NODE  # not the operator's "auto"
     job = {
         "apiVersion": API_VERSION,
         "kind": kind,

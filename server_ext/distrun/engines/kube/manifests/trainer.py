@@ -13,7 +13,7 @@ from typing import Any
 
 from distrun.core.entrypoint import argv
 from distrun.core.errors import SpecError
-from distrun.core.replica_env import replica_addresses
+from distrun.core.replica_env import PYTORCH_NPROC_PER_NODE, replica_addresses
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.manifests.common import (
     ClusterOptions,
@@ -88,6 +88,10 @@ def trainjob(
         "numNodes": spec.replica_count,
         "env": env_list({**base_env(spec, target.job_id), "DISTRUN_GROUP": REPLICATED_JOB}),
     }
+    if spec.framework == "pytorch":
+        # Trainer's "auto" is one process per GPU, else per requested CPU: one per replica, as
+        # on every engine.
+        trainer["numProcPerNode"] = int(PYTORCH_NPROC_PER_NODE)
     res = resources(_node_resources(spec), options.gpu, next(iter(spec.roles)))
     if res:
         trainer["resourcesPerNode"] = res
