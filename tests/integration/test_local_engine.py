@@ -283,6 +283,29 @@ async def test_exit_code_policy_restarts_signals_but_not_permanent_codes(
     assert (final.state, final.replicas[0].restarts) == (JobState.FAILED, 0)
 
 
+# A replica failing every attempt at backoff_limit 2: the attempts each engine must give
+# (the cluster engines' tier tests hold them to the same: tests/k8s/test_engines_on_real_*).
+ATTEMPTS = {("Never", 1): 1, ("OnFailure", 1): 3, ("ExitCode", 1): 1, ("ExitCode", 137): 3}
+
+
+@pytest.mark.parametrize(("policy", "code"), list(ATTEMPTS))
+async def test_a_replica_failing_every_attempt_gets_as_many_attempts_as_its_policy_allows(
+    local_engine: LocalEngine, policy: str, code: int
+) -> None:
+    failing = f"""
+        import pathlib, sys
+        attempts = pathlib.Path("attempts")
+        attempts.write_text((attempts.read_text() if attempts.exists() else "") + "x")
+        sys.exit({code})
+    """
+    job = await local_engine.submit(spec(failing, restart_policy=policy, backoff_limit=2), "alice")
+    final, lines = await follow_to_end(local_engine, job)
+    restarts = sum(line.text.startswith("[distrun] restarting") for line in lines)
+    assert (final.state, restarts + 1) == (JobState.FAILED, ATTEMPTS[policy, code])
+    assert final.replicas[0].restarts == restarts
+    assert final.reason == f"worker-0 failed: exit code {code}"
+
+
 async def test_a_job_past_its_deadline_fails_with_deadline_exceeded(
     local_engine: LocalEngine,
 ) -> None:

@@ -22,10 +22,12 @@ from distrun.core.job import JobState
 from distrun.core.logs import JobUpdate, LogBatch
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.engine import REMOVED_REASON
+from distrun.engines.kube.manifests.common import CODE_VOLUME
 from distrun.engines.kube.trainer import TrainerEngine
 from distrun.engines.kube.volcano import VolcanoEngine
 
 from .cluster import KubeCluster
+from .test_real_controllers import make_queues
 from .waiting import eventually
 
 pytestmark = pytest.mark.kubernetes
@@ -159,7 +161,9 @@ async def test_a_failing_job_restarts_as_often_as_asked_with_exact_log_seqs(
     restarts `backoff_limit` times, then fails; each attempt's lines keep their own seqs."""
     job_id = f"restarts-{backoff_limit}"
     monkeypatch.setattr(jobids, "new_job_id", lambda _name: job_id)  # to name the pods' logs
-    job_spec = spec({"master": 1, "worker": 1}, backoff_limit=backoff_limit)
+    job_spec = spec(
+        {"master": 1, "worker": 1}, backoff_limit=backoff_limit, restart_policy="OnFailure"
+    )
     for replica in job_spec.replica_names():
         log = controllers_cluster.pod_log(namespace, f"{job_id}-{replica}")
         log.write(*(f"{replica} line {n}" for n in range(3)))
@@ -200,6 +204,56 @@ async def test_a_failing_job_restarts_as_often_as_asked_with_exact_log_seqs(
         ]
         assert seen == expected, replica
     await volcano.delete(job_id, OWNER)
+
+
+# The local engine's attempts for a replica failing every time at backoff_limit 2
+# (tests/integration/test_local_engine.py): what each engine must match.
+ATTEMPTS = {
+    ("Never", 1): 1,
+    ("OnFailure", 1): 3,
+    ("ExitCode", 1): 1,
+    ("ExitCode", 137): 3,
+}
+
+
+@pytest.mark.parametrize(("policy", "code"), list(ATTEMPTS))
+async def test_a_replica_failing_every_attempt_gets_the_local_engines_number_of_attempts(
+    volcano: VolcanoEngine, admin: Any, namespace: str, policy: str, code: int
+) -> None:
+    """restart_policy and backoff_limit 2 on the real Volcano controller: the worker fails
+    every attempt with `code`; the job gets as many attempts as on the local engine, fails,
+    and shows its restarts while it runs and after."""
+    job = await volcano.submit(
+        spec({"master": 1, "worker": 1}, restart_policy=policy, backoff_limit=2), OWNER
+    )
+    selector = f"volcano.sh/job-name={job.id}"
+    uids: set[str] = set()
+    attempts = 0
+    while True:
+        found = await eventually(
+            lambda: asyncio.gather(
+                volcano.get_job(job.id, OWNER), pods_of(admin, namespace, selector)
+            ),
+            lambda seen, old=frozenset(uids): (
+                seen[0].state.terminal
+                or (all_running(2)(seen[1]) and not old & {p.metadata.uid for p in seen[1]})
+            ),
+            f"attempt {attempts + 1} to run, or the job to end",
+        )
+        current, pods = found
+        if current.state.terminal:
+            break
+        attempts += 1
+        assert [r.restarts for r in current.replicas] == [attempts - 1] * 2, current.replicas
+        uids |= {pod.metadata.uid for pod in pods}
+        await end_pod(admin, namespace, f"{job.id}-worker-0", str(code))
+    print(f"--- {policy}, exit {code}: {attempts} attempts; {current.reason}")
+    assert attempts == ATTEMPTS[policy, code]
+    assert current.state == JobState.FAILED
+    assert [r.restarts for r in current.replicas] == [attempts - 1] * 2
+    if attempts == 1:  # ended at once: the failed pod is kept, and says why
+        assert current.reason == f"worker-0 failed: exit code {code}"
+    await volcano.delete(job.id, OWNER)
 
 
 async def test_a_completed_job_shows_what_became_of_the_workers_the_controller_removed(
@@ -377,3 +431,48 @@ async def test_cancelling_or_deleting_a_trainjob_leaves_nothing_and_starts_no_po
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
     assert created == [], f"pods created after the {action}: {created}"
+
+
+async def test_kueue_admits_a_trainjob_with_distruns_runtime_patches_and_it_runs(
+    admin: Any,
+    namespace: str,
+    controllers_cluster: KubeCluster,
+    trainer_controllers: None,
+    kueue_controllers: None,
+) -> None:
+    """Kueue admits the Workload and resumes the TrainJob; Trainer builds the JobSet from the
+    runtime and distrun's runtime patch (the code volume and its mount, labels, the hardened
+    container), the pods run with the code, the user's env and resources, and the job ends."""
+    queue = make_queues(controllers_cluster, namespace, cpu="4")
+    engine = TrainerEngine(
+        api_client=admin, namespace=namespace, queue_system="kueue", default_queue=queue
+    )
+    try:
+        job_spec = spec({"master": 1, "worker": 1}, env={"GREETING": "hello"})
+        job = await engine.submit(job_spec, OWNER)
+        selector = engine.pod_selector(job.id)
+
+        async def job_and_pods() -> tuple[Any, list[Any]]:
+            return await engine.get_job(job.id, OWNER), await pods_of(admin, namespace, selector)
+
+        _, pods = await eventually(
+            job_and_pods,
+            lambda found: all_running(2)(found[1]),
+            "Kueue to admit the TrainJob and Trainer's pods to run",
+        )
+        for pod in pods:
+            [main] = [c for c in pod.spec.containers if c.name == "node"]
+            env = {var.name: var.value for var in main.env or []}
+            assert env.get("GREETING") == "hello", env
+            assert main.resources.requests["cpu"] == "1"
+            assert any(m.name == CODE_VOLUME for m in main.volume_mounts or []), main
+            assert any(v.name == CODE_VOLUME for v in pod.spec.volumes or []), pod.spec.volumes
+        for pod in pods:
+            await end_pod(admin, namespace, pod.metadata.name, "0")
+        done = await eventually(
+            lambda: engine.get_job(job.id, OWNER), lambda j: j.state.terminal, "the job to end"
+        )
+        assert done.state == JobState.SUCCEEDED, done.reason
+        await engine.delete(job.id, OWNER)
+    finally:
+        await engine.close()

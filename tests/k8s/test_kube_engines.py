@@ -261,10 +261,10 @@ async def test_follow_picks_up_late_and_replaced_pods_and_seqs_continue(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The pods start after the follow began (held Pending a while); the worker's first pod
-    exits with a retryable code, the operator (restartPolicy ExitCode, one retry allowed) makes
-    it again."""
+    fails, the operator (restartPolicy OnFailure, one restart allowed; kwok ends the pod
+    rather than restarting its container) makes it again."""
     engine, namespace = operated, operator_namespace
-    job_spec = spec(roles={"worker": {"replicas": 1}}, restart_policy="ExitCode", backoff_limit=1)
+    job_spec = spec(roles={"worker": {"replicas": 1}}, restart_policy="OnFailure", backoff_limit=1)
     with pods_held(kube_cluster):
         job, logs = await submit_with_logs(
             kube_cluster, engine, job_spec, monkeypatch,

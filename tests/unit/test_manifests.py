@@ -95,6 +95,12 @@ def test_every_engine_asks_for_one_pytorch_process_per_replica(
     assert seen["env"]["PET_NPROC_PER_NODE"] == "1"
 
 
+def test_the_training_operator_engine_refuses_exit_code_restarts_it_would_not_limit() -> None:
+    with pytest.raises(SpecError, match="without limit") as refused:
+        kubeflow(spec(restart_policy="ExitCode", backoff_limit=2))
+    assert refused.value.field == "restart_policy"
+
+
 def test_generic_framework_has_no_kubeflow_kind() -> None:
     with pytest.raises(SpecError, match="no job kind for generic"):
         kubeflow(spec("generic"))
@@ -295,7 +301,7 @@ def test_volcano_job_has_one_task_per_role_gang_and_restart_policies() -> None:
     assert body["minAvailable"] == 5
     assert body["queue"] == "default"
     assert body["plugins"] == {"env": [], "svc": []}
-    assert body["policies"] == [{"events": ["PodEvicted", "PodFailed"], "action": "RestartJob"}]
+    assert body["policies"] == [{"events": ["PodEvicted", "PodFailed"], "action": "TerminateJob"}]
     tasks = {task["name"]: task for task in body["tasks"]}
     assert [task["name"] for task in body["tasks"]] == ["chief", "ps", "worker"]
     assert tasks["chief"]["policies"] == [{"event": "TaskCompleted", "action": "CompleteJob"}]
@@ -311,6 +317,29 @@ def test_volcano_max_retry_allows_exactly_the_restarts_asked_for(restarts: int) 
     assert volcano_job(s, TARGET, OPTIONS, volcano_bundle(s, TARGET))["spec"]["maxRetry"] == (
         restarts + 1
     )
+
+
+@pytest.mark.parametrize("policy", ["Never", "OnFailure", "Always", "ExitCode"])
+def test_volcano_restarts_as_the_local_engine_does_for_each_restart_policy(policy: str) -> None:
+    """Pods never restart in place (Volcano would not count it); Volcano's policies restart the
+    job as the spec asks, or end it keeping the failed pod (TerminateJob)."""
+    s = spec("pytorch", backoff_limit=2, restart_policy=policy)
+    body = volcano_job(s, TARGET, OPTIONS, volcano_bundle(s, TARGET))["spec"]
+    assert {t["template"]["spec"]["restartPolicy"] for t in body["tasks"]} == {"Never"}
+
+    def action(event: str, code: int) -> str:
+        for rule in body["policies"]:  # Volcano's order: the first that matches decides
+            if rule.get("exitCode") == code or event in rule.get("events", ()):
+                return str(rule["action"])
+        return "none"
+
+    restart = {"Never": False, "OnFailure": True, "Always": True, "ExitCode": True}[policy]
+    expected = {
+        ("PodFailed", 1): "RestartJob" if policy in ("OnFailure", "Always") else "TerminateJob",
+        ("PodFailed", 137): "RestartJob" if restart else "TerminateJob",
+        ("PodEvicted", -1): "RestartJob" if restart else "TerminateJob",
+    }
+    assert {key: action(*key) for key in expected} == expected
 
 
 def test_volcano_queue_and_priority_come_from_the_spec_or_the_defaults() -> None:

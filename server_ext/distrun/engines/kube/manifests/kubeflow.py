@@ -68,6 +68,7 @@ def kubeflow_job(
     framework = kubeflow_framework(spec)
     kind = framework.kubeflow_kind
     assert kind is not None
+    check_restart_policy(spec)
     _plural, specs_key = KINDS[kind]
     replica_specs = {
         framework.role(role).kubeflow_name: {
@@ -151,6 +152,20 @@ def _template(
         "metadata": {"labels": job_labels(target.job_id, target.owner)},
         "spec": {"containers": [container], "volumes": [code.volume], **pod_spec_extras(options)},
     }
+
+
+def check_restart_policy(spec: JobSpec) -> None:
+    """The policies the operator holds to `backoff_limit` as the local engine does. With
+    ExitCode it deletes and re-creates a pod that exited with a retryable code (128 and above)
+    without counting it (core.PastBackoffLimit counts only the restarts of running
+    containers), so such a job would restart for ever."""
+    if spec.restart_policy == "ExitCode":
+        raise SpecError(
+            "the Kubeflow Training Operator restarts an ExitCode failure (exit 128 and above) "
+            "without limit, whatever backoff_limit says; use restart_policy OnFailure, or the "
+            "local or Volcano engine",
+            field="restart_policy",
+        )
 
 
 def check_webhook_rules(job: dict[str, Any]) -> None:

@@ -2,8 +2,9 @@
 
 `minAvailable` is every replica (all or nothing, as parameter-server jobs need); the `env` and
 `svc` plugins give each pod `VC_TASK_INDEX` and a stable host name `{job}-{task}-{index}.{job}`;
-a failed or evicted pod restarts the whole job (`backoff_limit` times at most, so `maxRetry` is
-one more) and the chief or master task completing completes the job. Volcano injects no framework variables, and a task's
+a failed or evicted pod restarts the whole job as the spec's restart policy says
+(`backoff_limit` times at most, so `maxRetry` is one more; `Never`: none) and the chief or
+master task completing completes the job. Volcano injects no framework variables, and a task's
 template is shared by its replicas, so the shipped launcher sets each replica's variables
 (computed by `replica_env`, as for the local engine) from its task and `VC_TASK_INDEX`:
 one task per role as the plugins expect, no shell, and code that runs unchanged.
@@ -40,13 +41,8 @@ INDEX_VARIABLE = "VC_TASK_INDEX"
 LABEL_JOB_NAME = "volcano.sh/job-name"
 LABEL_TASK = "volcano.sh/task-spec"
 LABEL_TASK_INDEX = "volcano.sh/task-index"
-# The operator's "ExitCode" policy has no pod equivalent: the pod does not restart by itself.
-_POD_RESTART_POLICY = {
-    "Never": "Never",
-    "OnFailure": "OnFailure",
-    "Always": "Always",
-    "ExitCode": "Never",
-}
+# The exits the Training Operator's ExitCode policy (and the local engine) retry: signals.
+RETRYABLE_EXIT_CODES = range(128, 256)
 
 
 def task_host(job_id: str, replica: str, spec: JobSpec) -> str:
@@ -92,7 +88,7 @@ def volcano_job(
         # retry count reaches maxRetry), and its admission webhook turns 0 into 3.
         "maxRetry": spec.backoff_limit + 1,
         "plugins": {"env": [], "svc": []},
-        "policies": [{"events": ["PodEvicted", "PodFailed"], "action": "RestartJob"}],
+        "policies": restart_policies(spec.restart_policy),
         "tasks": tasks,
     }
     priority = priority_class(spec, options)
@@ -106,6 +102,23 @@ def volcano_job(
         "metadata": object_metadata(target, spec),
         "spec": body,
     }
+
+
+def restart_policies(restart_policy: str) -> list[dict[str, Any]]:
+    """The job's lifecycle policies for the spec's restart policy, as the local engine restarts:
+    Never ends the job at the first failure (TerminateJob keeps the failed pod and its exit);
+    OnFailure and Always restart after any failure; ExitCode after an exit of 128 or more (a
+    signal) or an eviction, and ends the job at any other exit. Volcano restarts the whole job,
+    each time counted against maxRetry; the first matching policy decides."""
+    if restart_policy == "Never":
+        return [{"events": ["PodEvicted", "PodFailed"], "action": "TerminateJob"}]
+    if restart_policy == "ExitCode":
+        return [
+            *({"exitCode": code, "action": "RestartJob"} for code in RETRYABLE_EXIT_CODES),
+            {"events": ["PodEvicted"], "action": "RestartJob"},
+            {"events": ["PodFailed"], "action": "TerminateJob"},
+        ]
+    return [{"events": ["PodEvicted", "PodFailed"], "action": "RestartJob"}]
 
 
 def _template(
@@ -127,7 +140,9 @@ def _template(
     if res:
         container["resources"] = res
     pod_spec: dict[str, Any] = {
-        "restartPolicy": _POD_RESTART_POLICY[spec.restart_policy],
+        # Volcano's policies restart, counted against maxRetry: a container the kubelet
+        # restarted in its pod (OnFailure) would restart without limit, unseen by Volcano.
+        "restartPolicy": "Never",
         "containers": [container],
         "volumes": [code.volume],
         **pod_spec_extras(options),
