@@ -13,7 +13,7 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio import client
 
-from distrun.core.errors import Forbidden, NotFound
+from distrun.core.errors import Forbidden, NotFound, SpecError
 from distrun.core.job import JobState
 from distrun.core.logs import JobUpdate, LogBatch, LogLine, PartialUpdate
 from distrun.core.spec import JobSpec
@@ -212,6 +212,39 @@ async def test_status_follows_the_operators_conditions(
     print(f"--- the operator's words: {condition['message']}")
     assert failed.reason == "worker-0 failed: exit code 1"
     assert failed.failed_replica == "worker-0"
+
+
+async def test_no_restart_asked_means_one_attempt_whatever_the_backoff_limit(
+    operated: KubeflowEngine, kube_admin: Any, operator_namespace: str
+) -> None:
+    """restartPolicy Never at backoff_limit 2, as on the local engine: the first failure ends
+    the job (the operator makes no second pod), said as the replica and its exit."""
+    job_spec = spec(roles={"worker": {"replicas": 1}}, restart_policy="Never", backoff_limit=2)
+    job = await operated.submit(job_spec, "alice")
+    pods = await eventually(
+        lambda: job_pods(kube_admin, operator_namespace, job.id),
+        lambda found: set(found) == {"master-0", "worker-0"},
+        "the operator's pods",
+    )
+    first = pods["worker-0"].metadata.uid
+    await end_pod(
+        client.CoreV1Api(kube_admin), operator_namespace, pods["worker-0"].metadata.name, "1"
+    )
+    failed = await eventually(
+        lambda: operated.get_job(job.id, "alice"), lambda j: j.state.terminal, "the job to end"
+    )
+    assert (failed.state, failed.reason) == (JobState.FAILED, "worker-0 failed: exit code 1")
+    after = await job_pods(kube_admin, operator_namespace, job.id)
+    assert after["worker-0"].metadata.uid == first  # never made again
+    assert [r.restarts for r in failed.replicas] == [0, 0]
+    await operated.delete(job.id, "alice")
+
+
+async def test_exit_code_restarts_the_operator_would_not_limit_are_refused(
+    operated: KubeflowEngine,
+) -> None:
+    with pytest.raises(SpecError, match="without limit"):
+        await operated.submit(spec(restart_policy="ExitCode", backoff_limit=2), "alice")
 
 
 async def test_pending_pod_reason_is_given_in_words(
