@@ -22,12 +22,10 @@ from distrun.core.job import JobState
 from distrun.core.logs import JobUpdate, LogBatch
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.engine import REMOVED_REASON
-from distrun.engines.kube.manifests.common import CODE_VOLUME
 from distrun.engines.kube.trainer import TrainerEngine
 from distrun.engines.kube.volcano import VolcanoEngine
 
 from .cluster import KubeCluster
-from .test_real_controllers import make_queues
 from .waiting import eventually
 
 pytestmark = pytest.mark.kubernetes
@@ -431,48 +429,3 @@ async def test_cancelling_or_deleting_a_trainjob_leaves_nothing_and_starts_no_po
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
     assert created == [], f"pods created after the {action}: {created}"
-
-
-async def test_kueue_admits_a_trainjob_with_distruns_runtime_patches_and_it_runs(
-    admin: Any,
-    namespace: str,
-    controllers_cluster: KubeCluster,
-    trainer_controllers: None,
-    kueue_controllers: None,
-) -> None:
-    """Kueue admits the Workload and resumes the TrainJob; Trainer builds the JobSet from the
-    runtime and distrun's runtime patch (the code volume and its mount, labels, the hardened
-    container), the pods run with the code, the user's env and resources, and the job ends."""
-    queue = make_queues(controllers_cluster, namespace, cpu="4")
-    engine = TrainerEngine(
-        api_client=admin, namespace=namespace, queue_system="kueue", default_queue=queue
-    )
-    try:
-        job_spec = spec({"master": 1, "worker": 1}, env={"GREETING": "hello"})
-        job = await engine.submit(job_spec, OWNER)
-        selector = engine.pod_selector(job.id)
-
-        async def job_and_pods() -> tuple[Any, list[Any]]:
-            return await engine.get_job(job.id, OWNER), await pods_of(admin, namespace, selector)
-
-        _, pods = await eventually(
-            job_and_pods,
-            lambda found: all_running(2)(found[1]),
-            "Kueue to admit the TrainJob and Trainer's pods to run",
-        )
-        for pod in pods:
-            [main] = [c for c in pod.spec.containers if c.name == "node"]
-            env = {var.name: var.value for var in main.env or []}
-            assert env.get("GREETING") == "hello", env
-            assert main.resources.requests["cpu"] == "1"
-            assert any(m.name == CODE_VOLUME for m in main.volume_mounts or []), main
-            assert any(v.name == CODE_VOLUME for v in pod.spec.volumes or []), pod.spec.volumes
-        for pod in pods:
-            await end_pod(admin, namespace, pod.metadata.name, "0")
-        done = await eventually(
-            lambda: engine.get_job(job.id, OWNER), lambda j: j.state.terminal, "the job to end"
-        )
-        assert done.state == JobState.SUCCEEDED, done.reason
-        await engine.delete(job.id, OWNER)
-    finally:
-        await engine.close()
