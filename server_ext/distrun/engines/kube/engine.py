@@ -364,13 +364,17 @@ class KubeEngine:
             return await self.get_job(job_id, owner)
         try:
             namespace = obj["metadata"]["namespace"]
-            obj = await api.delete(
+            deleted = await api.delete(
                 self.resource_of(obj),
                 namespace,
                 job_id,
                 "cancel the job",
                 self.deletion_propagation,
             )
+            # A job that waits for its dependents comes back marked; one deleted in the
+            # Background is gone, and the answer is a Status, not the job.
+            if deleted.get("kind") == obj.get("kind"):
+                obj = deleted
         except NotFound:
             pass
         obj.setdefault("metadata", {}).setdefault("deletionTimestamp", "now")
