@@ -71,7 +71,10 @@ class NetworkSettings:
 
 @dataclass(frozen=True)
 class ProfileSettings:
-    notebook_cluster_role: str
+    notebook_cluster_role: str = ""
+    # False (the chart's profiles.enabled=false): one namespace for every user; the hook only
+    # signs each user's gateway token, which the server then gets as a variable.
+    enabled: bool = True
     namespace_template: str = "distrun-{username}"
     notebook_service_account: str = "distrun-notebook"
     gateway_cluster_role: str = ""
@@ -384,11 +387,16 @@ def user_tokens(username: str, hub_token: str, environ: Mapping[str, str]) -> di
 
 
 async def pre_spawn_hook(spawner: Any) -> None:
-    from kubernetes_asyncio import client, config
-
     profile = settings()
     username = spawner.user.name
     tokens = user_tokens(username, spawner.api_token, os.environ)
+    if not profile.enabled:
+        if "distrun-gateway-token" in tokens:  # a new dict: the configured one is shared
+            token = tokens["distrun-gateway-token"]
+            spawner.environment = {**spawner.environment, "DISTRUN_GATEWAY_TOKEN": token}
+        return
+    from kubernetes_asyncio import client, config
+
     config.load_incluster_config()
     async with client.ApiClient() as api_client:
         namespace = await ensure_profile(api_client, profile, username, tokens)
@@ -402,6 +410,8 @@ def modify_pod_hook(spawner: Any, pod: Any) -> Any:
     never as a literal value of the pod spec."""
     from kubernetes_asyncio.client import V1EnvVar, V1EnvVarSource, V1SecretKeySelector
 
+    if not settings().enabled:
+        return pod  # no namespace of the user's own to hold a Secret
     secret = settings().tokens_secret
     for container in pod.spec.containers:
         env = [v for v in container.env or [] if v.name not in SECRET_ENV]

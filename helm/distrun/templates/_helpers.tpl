@@ -74,6 +74,7 @@ app.kubernetes.io/component: gateway
 {{- end -}}
 {{- end -}}
 {{- $settings := dict
+      "enabled" $p.enabled
       "namespace_template" $p.namespaceTemplate
       "notebook_service_account" $p.notebookServiceAccount
       "notebook_cluster_role" (include "distrun.notebookClusterRole" .)
