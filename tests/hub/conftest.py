@@ -6,6 +6,7 @@ started (notebooks, kernels, jobs) so the next one meets a deployment as a user 
 """
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,7 +60,7 @@ def log_in(browser: Browser, hub: HubDeployment, user: str) -> Page:
     page.fill("#username_input", user)
     page.fill("#password_input", hub.password)
     page.click("#login_submit")
-    page.wait_for_url(f"{hub.url}/hub/**")
+    page.wait_for_url(re.compile(rf"{re.escape(hub.url)}/(hub|user)/"))
     return page
 
 
