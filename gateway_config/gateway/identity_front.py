@@ -37,6 +37,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
+from urllib.parse import urlencode
 
 from gateway_tokens import Verdict, verify
 from gateway_tokens import revoke as revoke_tokens
@@ -354,6 +355,7 @@ class ChannelsHandler(websocket.WebSocketHandler):
         self.peer: websocket.WebSocketClientConnection | None = None
         self.pump: asyncio.Task[None] | None = None
         self.session_key = ""
+        self.session_id = ""
         self.upstream_closed = asyncio.Event()
 
     async def get(self, *args: str, **kwargs: str) -> None:
@@ -366,6 +368,7 @@ class ChannelsHandler(websocket.WebSocketHandler):
             return self._refuse(404, f"no kernel {self.kernel_id}")
         session_id = self.get_query_argument("session_id", "") or uuid.uuid4().hex
         self.session_key = f"{self.kernel_id}:{session_id}"
+        self.session_id = session_id
         try:
             self.peer = await self.sessions.connect(self.session_key, self)
         except (OSError, websocket.WebSocketError, httpclient.HTTPClientError) as exc:
@@ -380,7 +383,15 @@ class ChannelsHandler(websocket.WebSocketHandler):
         self.finish()
 
     async def connect_upstream(self) -> websocket.WebSocketClientConnection:
-        url = self.config.upstream.replace("http", "ws", 1) + (self.request.uri or "")
+        # Each websocket is a session of its own at EG: EG 3.3.0 "restores" a reconnecting
+        # session from the zmq streams it buffered for the closed websocket, and a restored
+        # session never answered (a new notebook's first cell stayed [*]).
+        path = (
+            self.request.path
+            + "?"
+            + urlencode({"session_id": f"{self.session_id}.{uuid.uuid4().hex}"})
+        )
+        url = self.config.upstream.replace("http", "ws", 1) + path
         headers = HTTPHeaders({"Authorization": f"token {self.config.upstream_token}"})
         request = httpclient.HTTPRequest(url, headers=headers, request_timeout=30)
         peer = await websocket.websocket_connect(request)

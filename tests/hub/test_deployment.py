@@ -68,11 +68,22 @@ def current_notebook(page: Page) -> str:
     return ".jp-NotebookPanel:not(.lm-mod-hidden)"
 
 
-def run_cell(page: Page, code: str) -> None:
-    """Types `code` into the active notebook's first cell and runs it with Shift+Enter."""
-    editor = page.locator(f"{current_notebook(page)} .jp-Cell .cm-content").first
-    editor.click()
+def type_into_first_cell(page: Page, code: str) -> None:
+    """Types `code` into the active notebook's first cell, once its editor has the focus (a
+    notebook that just opened may not take keys yet)."""
+    notebook = current_notebook(page)
+    editor = page.locator(f"{notebook} .jp-Cell .cm-content").first
+    for _ in range(10):
+        editor.click()
+        if page.locator(f"{notebook} .jp-Cell .cm-editor.cm-focused").count():
+            break
+        page.wait_for_timeout(500)
     page.keyboard.insert_text(code)
+    expect(editor).to_contain_text(code.splitlines()[0])
+
+
+def run_cell(page: Page, code: str) -> None:
+    type_into_first_cell(page, code)
     page.keyboard.press("Shift+Enter")
 
 
@@ -122,9 +133,7 @@ def test_run_distributed_streams_every_replica_and_the_sidebar_lists_the_job(
     open_lab(page, hub, "alice")
     new_notebook(page)
     notebook = current_notebook(page)
-    editor = page.locator(f"{notebook} .jp-Cell .cm-content").first
-    editor.click()
-    page.keyboard.insert_text(TWO_WORKERS)
+    type_into_first_cell(page, TWO_WORKERS)
 
     page.locator(f'{notebook} .jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]').click()
 
