@@ -72,6 +72,10 @@ def type_into_first_cell(page: Page, code: str) -> None:
     """Types `code` into the active notebook's first cell, once its editor has the focus (a
     notebook that just opened may not take keys yet)."""
     notebook = current_notebook(page)
+    # The kernel connected and the notebook settled (its first save done), as a user sees it.
+    expect(
+        page.locator(".jp-StatusBar-Widget", has_text=f"{KERNEL_DISPLAY_NAME} | Idle")
+    ).to_be_visible(timeout=120_000)
     editor = page.locator(f"{notebook} .jp-Cell .cm-content").first
     for _ in range(10):
         editor.click()
@@ -85,6 +89,8 @@ def type_into_first_cell(page: Page, code: str) -> None:
 def run_cell(page: Page, code: str) -> None:
     type_into_first_cell(page, code)
     page.keyboard.press("Shift+Enter")
+    prompt = page.locator(f"{current_notebook(page)} .jp-Cell .jp-InputPrompt").first
+    expect(prompt).not_to_have_text(re.compile(r"^\[ \]:$"))  # queued or run: [*] or [1]
 
 
 def close_notebook_and_its_kernel(page: Page, hub: HubDeployment, user: str, token: str) -> None:
