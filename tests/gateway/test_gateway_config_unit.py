@@ -79,20 +79,54 @@ def test_an_unreadable_revocation_record_voids_the_users_tokens(tmp_path: Path) 
     assert proves(sign(KEY, "alice", now=3000), revocations=tmp_path) is None
 
 
-def test_the_hub_config_in_jupyterhub_values_installs_the_profile_hooks() -> None:
+@pytest.mark.parametrize("profiles", [True, False])
+def test_the_hub_config_in_jupyterhub_values_installs_the_profile_hooks(
+    monkeypatch: pytest.MonkeyPatch, profiles: bool
+) -> None:
     values = yaml.safe_load((GATEWAY_CONFIG.parent / "helm" / "jupyterhub-values.yaml").read_text())
     snippet = values["hub"]["extraConfig"]["distrun-profiles"]
     mount = values["hub"]["extraVolumeMounts"][0]["mountPath"]
     assert f'sys.path.insert(0, "{mount}")' in snippet
+    # The chart's settings.json, as its profiles ConfigMap holds it either way.
+    monkeypatch.setattr(
+        distrun_profiles, "_settings", distrun_profiles.ProfileSettings("role", enabled=profiles)
+    )
 
     class KubeSpawner:
         pass
 
     config = type("Config", (), {"KubeSpawner": KubeSpawner})()
     exec(snippet.replace(mount, str(GATEWAY_CONFIG / "profiles")), {"c": config})  # noqa: S102
-    assert KubeSpawner.enable_user_namespaces is True  # type: ignore[attr-defined]
     assert KubeSpawner.pre_spawn_hook is distrun_profiles.pre_spawn_hook  # type: ignore[attr-defined]
-    assert KubeSpawner.modify_pod_hook is distrun_profiles.modify_pod_hook  # type: ignore[attr-defined]
+    if profiles:
+        assert KubeSpawner.enable_user_namespaces is True  # type: ignore[attr-defined]
+        assert KubeSpawner.modify_pod_hook is distrun_profiles.modify_pod_hook  # type: ignore[attr-defined]
+    else:  # one namespace for all: the hook only signs each user's gateway token
+        assert not hasattr(KubeSpawner, "enable_user_namespaces")
+        assert not hasattr(KubeSpawner, "modify_pod_hook")
+
+
+async def test_without_profiles_the_hook_gives_each_server_its_own_gateway_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(
+        distrun_profiles, "_settings", distrun_profiles.ProfileSettings("role", enabled=False)
+    )
+    monkeypatch.setenv("DISTRUN_GATEWAY_USER_KEY", KEY.decode())
+    shared = {"DISTRUN_GATEWAY_URL": "http://front"}  # the configured dict every spawner sees
+    spawners = []
+    for name in ("alice", "bob"):
+        spawner = type("Spawner", (), {})()
+        spawner.user = type("User", (), {"name": name})()
+        spawner.api_token = f"hub-token-{name}"
+        spawner.environment = shared
+        await distrun_profiles.pre_spawn_hook(spawner)
+        spawners.append(spawner)
+
+    assert shared == {"DISTRUN_GATEWAY_URL": "http://front"}
+    for spawner in spawners:
+        token = spawner.environment["DISTRUN_GATEWAY_TOKEN"]
+        assert verify(KEY, token).username == spawner.user.name
 
 
 def test_the_gateway_token_the_profile_hook_stores_is_one_the_front_accepts() -> None:
