@@ -14,13 +14,12 @@ from hypothesis import strategies as st
 from distrun.core import jobids
 from distrun.core.errors import LimitExceeded, SpecError
 from distrun.core.frameworks import FRAMEWORKS
+from distrun.core.quantities import QUANTITY_RE
 from distrun.core.spec import (
-    CPU_RE,
     ENGINE_NAME_RE,
     ENV_NAME_RE,
     IMAGE_RE,
     JOB_NAME_RE,
-    MEMORY_RE,
     NAMESPACE_RE,
     JobSpec,
     Limits,
@@ -71,8 +70,8 @@ field_values: dict[str, st.SearchStrategy[Any]] = {
 resources = st.fixed_dictionaries(
     {},
     optional={
-        "cpu": matching(CPU_RE) | almost_names | json_values,
-        "memory": matching(MEMORY_RE) | almost_names | json_values,
+        "cpu": matching(QUANTITY_RE) | almost_names | json_values,
+        "memory": matching(QUANTITY_RE) | almost_names | json_values,
         "gpu": st.integers(-1, 20) | json_values,
     },
 )
