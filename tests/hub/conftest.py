@@ -1,4 +1,4 @@
-"""One deployment for the whole tier (deployment.py), users alice and bob on JupyterHub's
+"""One deployment for the tier (its one module) (deployment.py), users alice and bob on JupyterHub's
 single-user extension and carol on its legacy app, and Chromium driven by Playwright.
 
 The tests are plain functions (Playwright's sync API runs its own loop). Each ends with what it
@@ -23,7 +23,9 @@ USERS = ("alice", "bob", "carol")
 LEGACY_USERS = ("carol",)
 
 
-@pytest.fixture(scope="session")
+# Module-scoped, both: the deployment's processes go once the tier is done, and Playwright's
+# sync API runs an event loop of its own that must be closed before the asyncio tests that follow.
+@pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubDeployment]:
     root = tmp_path_factory.mktemp("hub")
     gateway = start_gateway(root, ensure_eg_venv())
@@ -39,7 +41,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubDeployment]:
         stop_gateway(gateway, root)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(
