@@ -21,6 +21,11 @@ def load(monkeypatch: pytest.MonkeyPatch, **env: str) -> tuple[Config, dict[str,
     for name in list(os.environ):
         if name.startswith(("DISTRUN_", "JUPYTERHUB_", "KERNEL_")):
             monkeypatch.delenv(name)
+    # What the file writes into os.environ must not outlive the test (kernels started later in
+    # the session would inherit it): set-then-delete makes monkeypatch restore their absence.
+    for name in ("DISTRUN_URL", "DISTRUN_TOKEN", "KERNEL_USERNAME"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     config = Config()
