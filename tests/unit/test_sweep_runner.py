@@ -14,6 +14,7 @@ from distrun.client.sweep_runner import (
     SweepRun,
     Trial,
     progress_line,
+    progress_printer,
     results_table,
     resume,
     sweep_of,
@@ -288,6 +289,18 @@ async def test_a_stopped_trial_frees_its_slot_at_once_not_when_its_job_has_ended
     trials = await run.run()
     assert trials[1].state == "stopped"
     assert "job-1" in client.cancelling_at_submit[2], "trial 2 started while 1 was cancelled"
+
+
+async def test_the_last_progress_line_says_every_trial_is_done_when_the_last_was_stopped() -> None:
+    """The rule stopping the last trial still running ends the sweep: the cell's last progress
+    line says so (the browser suite once waited for `6/6 done` that never came)."""
+    lines: list[str] = []
+    printer = progress_printer(lines.append)
+    stop = EarlyStop("asha", after=1, reduction=3)
+    run = SweepRun(SlowCancelClient(), TEMPLATE, sweep((0.3, 1.0), stop, parallel=1), None, printer)  # type: ignore[arg-type]
+    trials = await run.run()
+    assert trials[-1].state == "stopped"
+    assert lines[-1].startswith(f"[distrun] sweep {run.id}: 2/2 done, best #0 "), lines
 
 
 class ListingClient(CurveClient):

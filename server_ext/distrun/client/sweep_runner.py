@@ -167,6 +167,7 @@ class SweepRun:
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+            self.on_change(self)  # the followers cancelled above may not have said their end
         return self.trials
 
     async def cancel(self) -> None:
@@ -264,6 +265,7 @@ class SweepRun:
             trial.stopped_rung = stopped if stop.rule == "asha" else None
             assert trial.job_id is not None
             self._ended.set()  # its slot is free now, not once its processes are gone
+            self.on_change(self)
             await self._cancel_quietly(trial.job_id)
 
     async def _cancel_quietly(self, job_id: str) -> None:
