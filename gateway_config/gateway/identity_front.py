@@ -11,8 +11,9 @@ send any. The front sits in EG's pod (EG itself listens on loopback) and:
 - OVERWRITES KERNEL_USERNAME (and KERNEL_NAMESPACE when a namespace policy is set) when a kernel
   starts, and drops every other KERNEL_* variable a client could use to steer the kernel pod
   (image, uid, volumes, service account);
-- records who owns each kernel in the directory the replicas share, lists only the caller's
-  kernels and answers 404 for anybody else's (so kernel ids leak nothing);
+- records who owns each kernel in the directory the replicas share, signed with its key (a
+  record anyone else wrote there names nobody), lists only the caller's kernels and answers
+  404 for anybody else's (so kernel ids leak nothing);
 - revives the caller's kernels this replica does not know yet (after a rolling update) when
   they list them, so their notebook servers do not think the kernels were culled;
 - answers unknown kernel names and upstream failures with a short JSON message, never EG's
@@ -25,6 +26,8 @@ Run it with the stdlib and tornado only (EG's image has both):
 """
 
 import asyncio
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -104,22 +107,38 @@ class FrontConfig:
 
 
 class OwnerStore:
-    """kernel id -> owner, one small file per kernel in the directory all replicas share."""
+    """kernel id -> owner, one small file per kernel in the directory all replicas share.
 
-    def __init__(self, directory: Path) -> None:
+    Each record carries an HMAC of the kernel id and owner under the front's key: the shared
+    volume is storage, not an authority, so a record written by anyone without the key (a pod
+    that reached the volume) names no owner and its kernel is nobody's."""
+
+    def __init__(self, directory: Path, key: bytes) -> None:
         self.directory = directory
+        self.key = key
         directory.mkdir(parents=True, exist_ok=True)
 
     def record(self, kernel_id: str, owner: str) -> None:
         temporary = self.directory / f".{kernel_id}.{uuid.uuid4().hex}"
-        temporary.write_text(owner)
+        temporary.write_text(f"{owner}\n{self._mac(kernel_id, owner)}")
         temporary.replace(self.directory / kernel_id)  # atomic: readers see all or nothing
 
     def owner(self, kernel_id: str) -> str | None:
         try:
-            return (self.directory / kernel_id).read_text()
-        except FileNotFoundError:
+            owner, _, mac = (self.directory / kernel_id).read_text().rpartition("\n")
+        except (FileNotFoundError, UnicodeDecodeError):
             return None
+        if not hmac.compare_digest(mac, self._mac(kernel_id, owner)):
+            logging.getLogger("distrun.front").warning(
+                "kernel %s: its owner record is not signed with this front's key; ignored",
+                kernel_id,
+            )
+            return None
+        return owner
+
+    def _mac(self, kernel_id: str, owner: str) -> str:
+        message = f"distrun-kernel-owner\0{kernel_id}\0{owner}".encode()
+        return hmac.new(self.key, message, hashlib.sha256).hexdigest()
 
     def forget(self, kernel_id: str) -> None:
         (self.directory / kernel_id).unlink(missing_ok=True)
@@ -465,7 +484,7 @@ def _nodelay(stream: Any) -> None:
 
 
 def make_app(config: FrontConfig) -> web.Application:
-    owners = OwnerStore(config.state_dir)
+    owners = OwnerStore(config.state_dir, config.key)
     context = {"config": config, "owners": owners}
     channels = {**context, "sessions": ChannelSessions()}
     return web.Application(

@@ -67,6 +67,34 @@ async def test_another_user_can_neither_list_nor_reach_nor_delete_the_kernel(
     assert [k["id"] for k in http(f"{front}/api/kernels", token=ALICE)[1]] == [kernel["id"]]
 
 
+async def test_an_owner_record_written_to_the_shared_volume_without_the_key_gives_nothing(
+    gateways: Gateways,
+) -> None:
+    """bob reaches the volume the replicas share (a pod mounting its export) and names himself
+    the owner of alice's kernel: the front trusts only records signed with its key, so bob gets
+    a 404 and alice, whose record no longer verifies either, is not handed to bob."""
+    replica = gateways.start("a")
+    front = replica.url
+    status, kernel = http(f"{front}/api/kernels", "POST", {"name": KERNEL_NAME}, ALICE)
+    assert status == 201, kernel
+    record = replica.state / "owners" / kernel["id"]
+    signed_for_alice = record.read_text()
+    assert signed_for_alice.startswith("alice\n"), "the record says its owner"
+
+    record.write_text("bob")  # the old, unsigned form
+    assert http(f"{front}/api/kernels/{kernel['id']}", token=BOB)[0] == 404
+    assert http(f"{front}/api/kernels", token=BOB) == (200, [])
+    record.write_text("bob\n" + signed_for_alice.rpartition("\n")[2])  # alice's signature
+    assert http(f"{front}/api/kernels/{kernel['id']}", token=BOB)[0] == 404
+    record.write_text("bob\n" + "0" * 64)  # a forged signature
+    assert http(f"{front}/api/kernels/{kernel['id']}", "DELETE", token=BOB)[0] == 404
+    assert http(f"{front}/api/kernels/{kernel['id']}", token=ALICE)[0] == 404
+
+    record.write_text(signed_for_alice)  # put back as it was
+    assert http(f"{front}/api/kernels/{kernel['id']}", token=ALICE)[0] == 200
+    assert http(f"{front}/api/kernels/{kernel['id']}", "DELETE", token=ALICE)[0] == 204
+
+
 @pytest.mark.parametrize(
     "token",
     [
