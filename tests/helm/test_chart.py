@@ -2,6 +2,7 @@
 
 import ipaddress
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -166,6 +167,8 @@ def test_per_user_namespaces_get_a_cluster_wide_pod_role_and_a_template_for_the_
         (["--set", "kernels.uid=0"], "/kernels/uid"),
         (["--set", "gateway.unknown=1"], "unknown"),
         (["--set", "prerequisites.requireEngines={volcano}"], "batch.volcano.sh/v1alpha1/Job"),
+        (["--set", "profiles.allowedVolumeTypes={configMap,nfs2}"], "allowedVolumeTypes"),
+        (["--set", "profiles.allowedVolumeTypes={}"], "allowedVolumeTypes"),
     ],
 )
 def test_bad_values_are_refused_with_a_message_naming_them(
@@ -267,3 +270,37 @@ def test_by_default_no_priority_class_and_no_link_local_or_private_address_is_op
         "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10"]}]  # fmt: skip
     metadata = ipaddress.ip_address("169.254.169.254")
     assert any(metadata in ipaddress.ip_network(cidr) for cidr in blocks[0]["except"])
+
+
+def test_users_pods_mount_only_restricted_volume_types_unless_the_values_say_otherwise(
+    helm: Path,
+) -> None:
+    """The volume policy's expression names exactly the allowed types (the tier's
+    test_multi_user.py has the API server judge it); null installs none; the MPIJob launcher
+    policy is there either way; neither is installed without profiles."""
+
+    def policies(*args: str) -> dict[str, dict[str, Any]]:
+        objects = by_kind(render(helm, *args), "ValidatingAdmissionPolicy")
+        return {o["metadata"]["name"]: o for o in objects}
+
+    default = policies()
+    [volumes] = [o for name, o in default.items() if name.endswith("-user-volumes")]
+    [expression] = [v["expression"] for v in volumes["spec"]["validations"]]
+    restricted = ("configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+                  "persistentVolumeClaim", "projected", "secret")  # fmt: skip
+    assert sorted(re.findall(r"has\(v\.(\w+)\)", expression)) == sorted(restricted)
+    assert any(name.endswith("-mpi-launcher-account") for name in default)
+    opened = policies("--set", "profiles.allowedVolumeTypes=null")
+    assert [name for name in opened if name.endswith("-user-volumes")] == []
+    assert any(name.endswith("-mpi-launcher-account") for name in opened)
+    assert policies("--set", "profiles.enabled=false") == {}
+
+
+def test_null_opens_every_priority_class_as_the_values_file_says(helm: Path) -> None:
+    """Helm drops a key set to null: the schema must not require it back."""
+    [configmap] = [
+        o
+        for o in by_kind(render(helm, "--set", "profiles.allowedPriorityClasses=null"), "ConfigMap")
+        if o["metadata"]["name"].endswith("-profiles")
+    ]
+    assert json.loads(configmap["data"]["settings.json"])["allowed_priority_classes"] is None

@@ -1,7 +1,7 @@
 """One user against another, with exactly the credentials the deployment hands out.
 
-The distrun chart is rendered with its defaults (profiles on) and applied to the tier's real
-API server; the hub's profile hook, taken from the chart's own ConfigMap, provisions alice and
+The distrun chart is rendered with its default values, nothing set, and applied to the tier's
+real API server; the hub's profile hook, taken from the chart's own ConfigMap, provisions alice and
 bob as it does at their spawn, acting as the hub's ServiceAccount with the chart's rights. Then
 alice, holding what her notebook pod holds (her namespace's distrun-notebook token), tries
 every attack the issue lists against bob. Each attempt and its answer is printed; each must be
@@ -34,9 +34,10 @@ from .netpol import Endpoint, Policies
 
 pytestmark = pytest.mark.kubernetes
 
-TEMPLATE = "mu-{username}"
-SECRET_TOKENS = {"alice": "alice-hub-token-" + secrets.token_hex(6),
-                 "bob": "bob-hub-token-" + secrets.token_hex(6)}  # fmt: skip
+TEMPLATE = "distrun-{username}"  # the chart's default
+# Hub user names of this run (the tier's other modules use `distrun-alice`).
+USERNAMES = {user: f"{user}-{secrets.token_hex(2)}" for user in ("alice", "bob")}
+SECRET_TOKENS = {name: f"{name}-hub-token-{secrets.token_hex(6)}" for name in USERNAMES.values()}
 PYTORCHJOBS = ("kubeflow.org", "v1", "pytorchjobs")
 
 
@@ -89,13 +90,7 @@ class Deployment:
         self.cluster = cluster
         self.hub_namespace = f"jhub-{secrets.token_hex(3)}"
         cluster.create_namespace(self.hub_namespace)
-        objects = render(
-            helm_binary,
-            "--set", f"profiles.namespaceTemplate={TEMPLATE}",
-            "--set", "profiles.allowedPriorityClasses={mu-low}",
-            "--set", "profiles.network.apiServerCIDRs={127.0.0.1/32}",
-            namespace=self.hub_namespace,
-        )  # fmt: skip
+        objects = render(helm_binary, namespace=self.hub_namespace)
         applied = [o for o in objects if o["kind"] not in ("Pod", "PersistentVolumeClaim")]
         kubectl(cluster, "apply", "-n", self.hub_namespace, "-f", "-",
                 stdin=yaml.safe_dump_all(applied))  # fmt: skip
@@ -106,7 +101,7 @@ class Deployment:
         self.settings = self.hook.ProfileSettings.from_json(
             json.loads(self._profile_files()["settings.json"])
         )
-        self.namespaces = {user: self._provision(user) for user in ("alice", "bob")}
+        self.namespaces = {user: self._provision(name) for user, name in USERNAMES.items()}
 
     def _profile_files(self) -> dict[str, str]:
         [configmap] = [
@@ -207,7 +202,7 @@ def test_alice_with_her_notebooks_credentials_reaches_nothing_of_bobs(
     from kubernetes_asyncio.client import V1Container, V1EnvVar, V1Pod, V1PodSpec
 
     spawned = V1Pod(spec=V1PodSpec(containers=[V1Container(name="notebook", image="jupyter", env=[
-        V1EnvVar(name="JUPYTERHUB_API_TOKEN", value=SECRET_TOKENS["bob"])])]))  # fmt: skip
+        V1EnvVar(name="JUPYTERHUB_API_TOKEN", value=SECRET_TOKENS[USERNAMES["bob"]])])]))  # fmt: skip
     deployment.hook._settings = deployment.settings
     spec = deployment.hook.modify_pod_hook(None, spawned).to_dict()["spec"]
     bob_pod = pod("jupyter-bob", container={
@@ -216,7 +211,9 @@ def test_alice_with_her_notebooks_credentials_reaches_nothing_of_bobs(
     bob_pod["metadata"]["labels"] = {"component": "singleuser-server"}
     admin_core.create_namespaced_pod(bob_ns, bob_pod)
     stored = admin_core.read_namespaced_pod("jupyter-bob", bob_ns).to_dict()
-    assert SECRET_TOKENS["bob"] not in json.dumps(stored, default=str), "a token in a pod spec"
+    assert SECRET_TOKENS[USERNAMES["bob"]] not in json.dumps(stored, default=str), (
+        "a token in a pod spec"
+    )
 
     alice = deployment.notebook_client("alice")
     core = kubernetes.client.CoreV1Api(alice)
@@ -288,22 +285,46 @@ def test_alice_with_her_notebooks_credentials_reaches_nothing_of_bobs(
         assert refusal in answer, answer
     admin_core.create_namespaced_pod(alice_ns, pod("fine"), dry_run="All")  # the control
 
-    # PriorityClasses outside the allow-list: no pod of hers may use one (quota admission).
-    scheduling = kubernetes.client.SchedulingV1Api(kube_cluster.admin)
-    for name, value in (("mu-high", 1_000_000), ("mu-low", 10)):
-        scheduling.create_priority_class({"metadata": {"name": name}, "value": value})
-    try:
-        answer = attempts.refused("a pod of hers with the PriorityClass mu-high", lambda:
-            admin_core.create_namespaced_pod(alice_ns, pod("hi", priorityClassName="mu-high"),
-                                             dry_run="All"))  # fmt: skip
-        assert "exceeded quota" in answer
-        admin_core.create_namespaced_pod(
-            alice_ns, pod("lo", priorityClassName="mu-low"), dry_run="All"
-        )
-        admin_core.create_namespaced_pod(alice_ns, pod("none"), dry_run="All")  # no class named
-    finally:
-        for name in ("mu-high", "mu-low"):
-            scheduling.delete_priority_class(name)
+    # The chart's default allow-list of PriorityClasses is empty (but for the cluster's
+    # globalDefault, which this cluster has not): no pod of hers may name one (quota
+    # admission), system-node-critical (which preempts anyone's) included.
+    answer = attempts.refused("a pod of hers with system-node-critical", lambda:
+        admin_core.create_namespaced_pod(alice_ns, pod("crit", priorityClassName=
+            "system-node-critical"), dry_run="All"))  # fmt: skip
+    assert "exceeded quota: distrun-priority-classes" in answer
+    admin_core.create_namespaced_pod(alice_ns, pod("none"), dry_run="All")  # no class named
+
+    # Volumes: only the types of profiles.allowedVolumeTypes, whoever creates the pod (a
+    # ValidatingAdmissionPolicy): an inline nfs, cephfs or iscsi volume would mount any export
+    # her pods reach, the gateway's shared volume among them.
+    _wait_for_the_volume_policy(admin_core, alice_ns)
+    for what, source in [
+        ("nfs", {"nfs": {"server": "10.0.0.9", "path": "/exports/gateway"}}),
+        ("cephfs", {"cephfs": {"monitors": ["10.0.0.9:6789"]}}),
+        ("iscsi", {"iscsi": {"targetPortal": "10.0.0.9:3260", "iqn": "iqn.2001-04.com.x:t", "lun": 0}}),
+        ("gitRepo", {"gitRepo": {"repository": "https://example.com/x.git"}}),
+    ]:  # fmt: skip
+        bad = pod(f"v-{what.lower()}", volumes=[{"name": "data", **source}])
+        answer = attempts.refused(f"the operator creates a pod with an inline {what} volume",
+            lambda bad=bad: admin_core.create_namespaced_pod(alice_ns, bad, dry_run="All"),
+            statuses=(403, 422))  # fmt: skip
+        assert "may mount only these volume types" in answer and "not data" in answer, answer
+    # What distrun's replicas, kernels and notebook servers mount, and her own claims.
+    allowed = [{"name": "code", "configMap": {"name": "c"}}, {"name": "scratch", "emptyDir": {}},
+               {"name": "home", "persistentVolumeClaim": {"claimName": "home"}},
+               {"name": "info", "downwardAPI": {"items": []}},
+               {"name": "token", "projected": {"sources": []}}]  # fmt: skip
+    admin_core.create_namespaced_pod(alice_ns, pod("fine-volumes", volumes=allowed), dry_run="All")
+
+    # An MPIJob's launcher naming her notebook's ServiceAccount would have the operator bind
+    # it pods/exec on the job's workers: only the launcher's own account may be named.
+    mpijobs = ("kubeflow.org", "v1", alice_ns, "mpijobs")
+    answer = attempts.refused("an MPIJob whose launcher runs as her notebook's account", lambda:
+        custom.create_namespaced_custom_object(*mpijobs, mpijob("exec", "distrun-notebook")),
+        statuses=(403, 422))  # fmt: skip
+    assert "runs as its own ServiceAccount (exec-launcher" in answer, answer
+    custom.create_namespaced_custom_object(*mpijobs, mpijob("own", "own-launcher"), dry_run="All")
+    custom.create_namespaced_custom_object(*mpijobs, mpijob("plain", None), dry_run="All")
 
     # The gateway manages kernel pods in users' namespaces and nothing else.
     gateway = f"system:serviceaccount:{hub_ns}:distrun-distrun-gateway"
@@ -312,6 +333,30 @@ def test_alice_with_her_notebooks_credentials_reaches_nothing_of_bobs(
         assert not _can(kube_cluster, gateway, namespace, "get", "", "secrets")
     assert not _can(kube_cluster, gateway, "default", "create", "", "pods")
     print(f"\nattacks by alice ({alice_ns}) on bob ({bob_ns}):\n{attempts.report()}")
+
+
+def _wait_for_the_volume_policy(core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    """The API server applies a new admission policy within seconds of its creation."""
+    import time
+
+    probe = pod("probe", volumes=[{"name": "data", "nfs": {"server": "10.0.0.9", "path": "/"}}])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            core.create_namespaced_pod(namespace, probe, dry_run="All")
+        except ApiException:
+            return
+        time.sleep(0.5)
+    raise AssertionError("the chart's volume policy never applied to the user's namespace")
+
+
+def mpijob(name: str, account: str | None) -> dict[str, Any]:
+    launcher = pod("l", **({"serviceAccountName": account} if account else {}))["spec"]
+    launcher["containers"][0]["name"] = "mpi"
+    worker = pod("w")["spec"]
+    return {"apiVersion": "kubeflow.org/v1", "kind": "MPIJob", "metadata": {"name": name},
+            "spec": {"mpiReplicaSpecs": {"Launcher": {"replicas": 1, "template": {"spec": launcher}},
+                                         "Worker": {"replicas": 1, "template": {"spec": worker}}}}}  # fmt: skip
 
 
 def _can(
@@ -420,7 +465,7 @@ def test_forged_and_broken_jobs_in_her_namespace_never_reach_bobs_list(
 def test_a_user_never_takes_over_a_namespace_that_is_not_theirs(
     deployment: Deployment, kube_cluster: KubeCluster
 ) -> None:
-    """A hub user named `ops` against an existing `mu-ops` (made by someone else): the hook,
+    """A hub user named `ops` against an existing `distrun-ops` (made by someone else): the hook,
     as the hub's ServiceAccount, refuses and binds nothing there; a user named like the
     cluster's own namespace gets none with a template that would give it to them."""
     from dataclasses import replace
@@ -440,40 +485,38 @@ def test_a_user_never_takes_over_a_namespace_that_is_not_theirs(
             deployment.hook.profile_objects(bare, user)
 
 
-def test_with_the_charts_default_values_no_pod_of_a_user_names_a_priority_class(
-    deployment: Deployment,
-    kube_cluster: KubeCluster,
-    helm: Path,  # noqa: F811
+def test_the_priority_classes_the_values_name_are_the_only_ones_a_user_may_use(
+    deployment: Deployment, kube_cluster: KubeCluster
 ) -> None:
-    """The chart's default allow-list (none but the cluster's globalDefault, which this cluster
-    has not): carol's namespace, provisioned from the default settings, admits no pod that
-    names `system-node-critical` (which would preempt anyone's), whoever creates it."""
+    """`profiles.allowedPriorityClasses: [mu-low]`: carol's namespace admits pods of mu-low and
+    of no class, not mu-high (the defaults, none, are alice's in the test above)."""
     from dataclasses import replace
 
-    [configmap] = [
-        o for o in render(helm, namespace=deployment.hub_namespace)
-        if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-profiles")
-    ]  # fmt: skip
-    defaults = deployment.hook.ProfileSettings.from_json(
-        json.loads(configmap["data"]["settings.json"])
-    )
-    assert defaults.allowed_priority_classes == ()
+    assert deployment.settings.allowed_priority_classes == (), "the chart's default"
     chosen, deployment.settings = (
         deployment.settings,
-        replace(defaults, namespace_template=TEMPLATE),
+        replace(deployment.settings, allowed_priority_classes=("mu-low",)),
     )
     try:
-        carol_ns = deployment._provision("carol")
+        carol_ns = deployment._provision(f"carol-{secrets.token_hex(2)}")
     finally:
         deployment.settings = chosen
+    scheduling = kubernetes.client.SchedulingV1Api(kube_cluster.admin)
+    for name, value in (("mu-high", 1_000_000), ("mu-low", 10)):
+        scheduling.create_priority_class({"metadata": {"name": name}, "value": value})
     try:
         admin_core = kubernetes.client.CoreV1Api(kube_cluster.admin)
         attempts = Attempts()
-        answer = attempts.refused("a pod of carol's with system-node-critical", lambda:
-            admin_core.create_namespaced_pod(carol_ns, pod("crit", priorityClassName=
-                "system-node-critical"), dry_run="All"))  # fmt: skip
+        answer = attempts.refused("a pod of carol's with mu-high", lambda:
+            admin_core.create_namespaced_pod(carol_ns, pod("hi", priorityClassName="mu-high"),
+                                             dry_run="All"))  # fmt: skip
         assert "exceeded quota: distrun-priority-classes" in answer
+        admin_core.create_namespaced_pod(
+            carol_ns, pod("lo", priorityClassName="mu-low"), dry_run="All"
+        )
         admin_core.create_namespaced_pod(carol_ns, pod("plain"), dry_run="All")  # none named
         print(f"\n{attempts.report()}")
     finally:
+        for name in ("mu-high", "mu-low"):
+            scheduling.delete_priority_class(name)
         kube_cluster.delete_namespace(carol_ns)
