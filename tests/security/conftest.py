@@ -34,7 +34,11 @@ BASE = "/a%40b"  # pytest-jupyter's base URL: a non-trivial one, as behind Jupyt
 
 
 def local_engine_config(state_dir: Path) -> dict[str, Any]:
+    """A server alice, bob and carol share, with the local engine on for them: the setting of
+    one team that trusts each other (test_shared_server.py: off by default). What these tests
+    check holds at the API either way: nobody reaches another's jobs through the server."""
     return {
+        "local_engine_on_shared_server": True,
         "state_dir": str(state_dir),
         "engines": {
             "local": {"class": "distrun.engines.local.LocalEngine", "kwargs": {"grace_seconds": 1}}

@@ -35,3 +35,17 @@ async def test_on_a_hub_singleuser_server_the_authenticated_user_owns_jobs_whate
     job = json.loads((await jp_fetch("distrun", "jobs", method="POST", body=body)).body)
     # The test server's provider names each token request anew; tests/hub runs a real hub.
     assert job["owner"] and job["owner"] != getpass.getuser()
+
+
+async def test_an_engine_running_jobs_as_the_servers_user_is_on_for_a_hub_singleuser_server(
+    jp_fetch: Any, fake_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One hub user's server is not shared: the local engine takes her jobs
+    (tests/security/test_shared_server.py: a shared one refuses them)."""
+    fake_engine.runs_as_server_user = True
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "hub-token")
+    body = json.dumps({"spec": {"framework": "generic", "code": ""}})
+    assert (await jp_fetch("distrun", "jobs", method="POST", body=body)).code == 201
+    engines = json.loads((await jp_fetch("distrun", "engines")).body)["engines"]
+    assert [e["available"] for e in engines if e["name"] == "local"] == [True]

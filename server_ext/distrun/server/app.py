@@ -95,6 +95,18 @@ class DistrunApp(ExtensionApp):
             "and CLI follow is one); one more is closed with code 4429 and a message."
         ),
     )
+    local_engine_on_shared_server = Bool(
+        False,
+        config=True,
+        help=(
+            "Let the local engine run jobs on a server several users share (owner_source "
+            "resolves to 'username' outside a JupyterHub single-user server). Its jobs run as "
+            "this server's own OS user, with one state directory and the server's environment "
+            "and files: every user's job can read every other user's code and the server's "
+            "credentials. Only for one team whose members trust each other; off, the local "
+            "engine refuses their jobs with a message and GET /distrun/engines says why."
+        ),
+    )
     freeze_startup_heap = Bool(
         True,
         config=True,
@@ -192,6 +204,20 @@ class DistrunApp(ExtensionApp):
 
     def _forget_stream(self, task: "asyncio.Task[None]") -> None:
         self.streams.pop(task, None)
+
+    def refusal_of(self, engine: Any) -> str | None:
+        """Why `engine` takes no job on this server, or None."""
+        if not getattr(engine, "runs_as_server_user", False) or self.local_engine_on_shared_server:
+            return None
+        if self._owner_source() != "username" or is_hub_singleuser(os.environ):
+            return None  # one person's server
+        return (
+            f"the {engine.name} engine is off on this server: several users share it, and the "
+            f"{engine.name} engine runs every job as the server's own OS user, where other "
+            "users' jobs could read yours. Choose a cluster engine (%engine=NAME; "
+            "GET /distrun/engines lists them), or have the administrator set "
+            "c.DistrunApp.local_engine_on_shared_server = True if every user trusts every other"
+        )
 
     def _owner_source(self) -> str:
         if self.owner_source != "auto":

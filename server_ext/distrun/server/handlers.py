@@ -10,7 +10,7 @@ import json
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from jupyter_server.auth.decorator import authorized
@@ -20,7 +20,7 @@ from tornado import web
 from tornado.http1connection import HTTP1Connection
 from tornado.httputil import HTTPServerRequest
 
-from distrun.core.errors import DistrunError, EngineError, LimitExceeded, SpecError
+from distrun.core.errors import DistrunError, EngineError, Forbidden, LimitExceeded, SpecError
 from distrun.core.frameworks import FRAMEWORKS, Framework
 from distrun.core.header import header_line, parse_cell, spec_from_cell
 from distrun.core.job import Job
@@ -155,7 +155,7 @@ class EnginesHandler(DistrunHandler):
     @authorized
     async def get(self) -> None:
         engines = self.app.registry.all()
-        infos = await asyncio.gather(*(_engine_info(engine) for engine in engines))
+        infos = await asyncio.gather(*(self._engine_info(engine) for engine in engines))
         limits = self.app.limits
         self.finish(
             {
@@ -168,12 +168,13 @@ class EnginesHandler(DistrunHandler):
             }
         )
 
-
-async def _engine_info(engine: Engine) -> EngineInfo:
-    try:
-        return await engine.info()
-    except DistrunError as err:
-        return EngineInfo(name=engine.name, description="", available=False, reason=str(err))
+    async def _engine_info(self, engine: Engine) -> EngineInfo:
+        refusal = self.app.refusal_of(engine)
+        try:
+            info = await engine.info()
+        except DistrunError as err:
+            return EngineInfo(name=engine.name, description="", available=False, reason=str(err))
+        return info if refusal is None else replace(info, available=False, reason=refusal)
 
 
 class CellHandler(DistrunHandler):
@@ -231,8 +232,12 @@ class JobsHandler(CellHandler):
         else:
             spec = await self._spec_from_cell(body)
         specified = time.perf_counter()
+        engine = self.app.registry.get(spec.engine)
+        refusal = self.app.refusal_of(engine)
+        if refusal is not None:
+            raise Forbidden(refusal)
         try:
-            job = await self.app.registry.get(spec.engine).submit(spec, self.owner)
+            job = await engine.submit(spec, self.owner)
         except SpecError as err:
             raise _on_header_line(err, body) from None
         # Where the answer's time went, for the browser's devtools and benchmarks/browser.

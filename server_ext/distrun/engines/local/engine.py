@@ -89,6 +89,9 @@ GPU_INFO_SECONDS = 30.0  # how long the engine list may show GPUs found before
 
 class LocalEngine:
     name = "local"
+    # Every job runs as the server's own OS user, its code in one state directory: a server
+    # several users share must not offer it unless told they trust each other.
+    runs_as_server_user = True
 
     def __init__(
         self,
