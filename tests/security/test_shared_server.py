@@ -22,12 +22,16 @@ def jp_server_config(jp_server_config: dict[str, Any], state_dir: Path) -> dict[
 
 async def test_the_local_engine_refuses_jobs_on_a_shared_server_and_says_why(api: Api) -> None:
     for headers in (None, BOB):
-        reply = await api.call("POST", "jobs", {"spec": {"framework": "generic", "code": CODE}}, headers)
+        reply = await api.call(
+            "POST", "jobs", {"spec": {"framework": "generic", "code": CODE}}, headers
+        )
         assert reply.code == 403, reply.body
         message = reply.json["message"]
         assert "several users share it" in message
         assert "local_engine_on_shared_server" in message
-        cell = await api.call("POST", "jobs", {"cell": "%framework=pytorch\n%worker=1\n" + CODE}, headers)
+        cell = await api.call(
+            "POST", "jobs", {"cell": "%framework=pytorch\n%worker=1\n" + CODE}, headers
+        )
         assert (cell.code, cell.json["message"]) == (403, message)
 
     engines = (await api.call("GET", "engines")).json["engines"]
