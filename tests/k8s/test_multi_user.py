@@ -11,12 +11,15 @@ has no network plugin to enforce them.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +32,10 @@ from distrun.engines.kube.manifests.common import job_labels
 
 from ..helm.test_chart import helm, render  # noqa: F401  (the helm fixture)
 from .cluster import KubeCluster
-from .distrun_server import DistrunServer, running
+from .controllers import training_operator_for
+from .distrun_server import DistrunServer, running, submit_cell
 from .netpol import Endpoint, Policies
+from .real_operator import WAIT, operator_pods, succeed
 
 pytestmark = pytest.mark.kubernetes
 
@@ -124,8 +129,6 @@ class Deployment:
 
     def _provision(self, user: str) -> str:
         """What pre_spawn_hook does at the user's spawn, as the hub's ServiceAccount."""
-        import asyncio
-
         from kubernetes_asyncio import client as async_client
         from kubernetes_asyncio import config as async_config
 
@@ -437,16 +440,7 @@ def test_forged_and_broken_jobs_in_her_namespace_never_reach_bobs_list(
             *PYTORCHJOBS[:2], alice_ns, PYTORCHJOBS[2],
             pytorchjob(name, owner, "{not json", pod("m")["spec"]))  # fmt: skip
 
-    def engines(user: str) -> dict[str, Any]:
-        kubeconfig = kube_cluster.service_account_kubeconfig(
-            deployment.namespaces[user], "distrun-notebook"
-        )
-        kwargs = {"kubeconfig": str(kubeconfig), "namespace": deployment.namespaces[user]}
-        return {
-            "kubeflow": {"class": "distrun.engines.kube.kubeflow.KubeflowEngine", "kwargs": kwargs}
-        }
-
-    import asyncio
+    engines = partial(notebook_engines, deployment, kube_cluster)
 
     async def lists() -> tuple[Any, Any]:
         return (await alice_server.call("alice", "distrun", "jobs"),
@@ -460,6 +454,38 @@ def test_forged_and_broken_jobs_in_her_namespace_never_reach_bobs_list(
     [broken] = [j for j in alice_jobs["jobs"] if j["id"] == "broken-of-alice"]
     assert broken["state"] == "failed" and "carries no valid distrun spec" in broken["reason"]
     assert "forged-for-bob" not in [j["id"] for j in alice_jobs["jobs"]]
+
+
+def notebook_engines(deployment: Deployment, cluster: KubeCluster, user: str) -> dict[str, Any]:
+    """The engines of the user's notebook server, as the deployment configures them: its pod's
+    ServiceAccount, its own namespace."""
+    namespace = deployment.namespaces[user]
+    kubeconfig = cluster.service_account_kubeconfig(namespace, "distrun-notebook")
+    kwargs = {"kubeconfig": str(kubeconfig), "namespace": namespace}
+    return {"kubeflow": {"class": "distrun.engines.kube.kubeflow.KubeflowEngine", "kwargs": kwargs}}
+
+
+async def test_her_own_job_runs_in_her_namespace_under_the_charts_defaults(
+    deployment: Deployment, kube_cluster: KubeCluster, kube_admin: Any, operator_namespace: str
+) -> None:
+    """What the defaults refuse above is not what distrun's own jobs need: submitted through
+    her server with her notebook's credentials, the real operator's pods pass Pod Security,
+    the volume policy, the PriorityClass quota and the namespace's ResourceQuota (requests
+    from its LimitRange), run, and the job succeeds."""
+    alice_ns = deployment.namespaces["alice"]
+    cell = "%engine=kubeflow\n%framework=pytorch\n%worker=1\nprint('hi')\n"
+    server = DistrunServer(notebook_engines(deployment, kube_cluster, "alice"))
+    with training_operator_for(kube_cluster, alice_ns), running(server):
+        job = await submit_cell(server, cell)
+        pods = await operator_pods(kube_admin, alice_ns, job["id"], 2)
+        assert sorted(pods) == ["master-0", "worker-0"]
+        await succeed(kube_admin, alice_ns, job["id"])
+        deadline = time.monotonic() + WAIT
+        while (state := (await server.call("alice", "distrun", "jobs", job["id"]))[1]["state"]) != (
+            "succeeded"
+        ):
+            assert state in ("pending", "running") and time.monotonic() < deadline, state
+            await asyncio.sleep(0.5)
 
 
 def test_a_user_never_takes_over_a_namespace_that_is_not_theirs(
