@@ -46,6 +46,7 @@ from distrun.engines.kube.client import (
 )
 from distrun.engines.kube.feeds import JobFeed, follow_feed
 from distrun.engines.kube.gpu_modes import SHARED_GPU, GpuMode, gpu_shortage, pod_gpus
+from distrun.engines.kube.informers import Informers
 from distrun.engines.kube.kueue import WORKLOADS, check_queue_system, workload_reason
 from distrun.engines.kube.logs import (
     LedgerStore,
@@ -185,6 +186,7 @@ class KubeEngine:
         )
         self._api_lock = asyncio.Lock()
         self._feeds: dict[tuple[str, str], JobFeed] = {}  # by namespace and job id
+        self._informers = Informers()  # what the feeds read, one per namespace and resource
 
     # --- the hooks each kind implements ---
 
@@ -468,7 +470,7 @@ class KubeEngine:
             obj, spec = await self._get_owned(api, job_id, owner)
             feed = self._feeds.get(key)
             if feed is None or feed.gone:
-                feed = self._feeds[key] = JobFeed(self, api, obj, spec)
+                feed = self._feeds[key] = JobFeed(self, api, obj, spec, self._informers)
         feed.viewers += 1
         try:
             await asyncio.shield(feed.started)
@@ -491,6 +493,7 @@ class KubeEngine:
     async def close(self) -> None:
         feeds, self._feeds = list(self._feeds.values()), {}
         await asyncio.gather(*(feed.stop() for feed in feeds), return_exceptions=True)
+        await self._informers.close()
         if self._api is not None:
             await self._api.close()
         self._api = None

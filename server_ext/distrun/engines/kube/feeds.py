@@ -1,15 +1,17 @@
 """One upstream per job for every viewer of it in this server process.
 
-A `JobFeed` watches the job object and its pods once, and reads each followed replica's log
-once (one `ReplicaFeed`, one pod-log stream), however many viewers follow the job: websockets,
-REST follows, the CLI and the kernel magic all come through `KubeEngine.follow`. Each viewer
+A `JobFeed` reads the job object and its pods from its namespace's informers (informers.py: one
+watch per resource type and namespace, whatever the number of jobs followed there), and reads
+each followed replica's log once (one `ReplicaFeed`, one pod-log stream), however many viewers
+follow the job: websockets, REST follows, the CLI and the kernel magic all come through
+`KubeEngine.follow`. Each viewer
 (`FeedViewer`) keeps its own position per replica and reads at its own pace from the replica's
 recent lines, kept in memory up to REPLICA_KEPT_BYTES. The upstream never waits for a viewer: a
 viewer that falls behind what is kept (or starts before where the feed started) follows the
 replica on a stream of its own from where it is, at its own pace (a bounded queue holds that
 stream back, as every follower was held before sharing), until it reaches what is kept, and
 then reads the shared lines again: a slow viewer costs only itself. A replica's stream ends
-when its last viewer goes, and the job's watches with the job's last viewer.
+when its last viewer goes; a namespace's watches end with the last feed there.
 """
 
 import asyncio
@@ -20,22 +22,17 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-import aiohttp
-
-from distrun.core.errors import DistrunError, NotFound
+from distrun.core.errors import DistrunError
 from distrun.core.job import Job, JobState
 from distrun.core.logs import JobUpdate, LogBatch, LogEvent, LogLine, PartialUpdate
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.client import PODS, KubeApi, Obj, Resource
+from distrun.engines.kube.informers import Informers, across_jobs, by_label, by_name
 from distrun.engines.kube.logs import LogContext, ReplicaFollower
 from distrun.engines.kube.manifests.common import LABEL_INSTANCE
 
 log = logging.getLogger(__name__)
 WAITING_POLL_SECONDS = 2.0
-RETRY_SECONDS = 1.0  # between attempts to reach an API server that did not answer
-# How a watch or a read breaks when the API server goes away (a restart, a dropped
-# connection): the API's own errors, or the connection's, mid-stream.
-WATCH_BROKEN = (DistrunError, aiohttp.ClientError, OSError, TimeoutError)
 # A replica's lines some viewer has yet to take are kept, at most this much of the newest; a
 # viewer further behind follows on a stream of its own.
 REPLICA_KEPT_BYTES = 512 * 1024
@@ -152,9 +149,12 @@ class ReplicaFeed:
 
 
 class JobFeed:
-    """A job's object and pods, watched once, and its replicas' logs, each read once."""
+    """A job's object and pods, as its namespace's informers keep them, and its replicas' logs,
+    each read once."""
 
-    def __init__(self, source: JobSource, api: KubeApi, obj: Obj, spec: JobSpec) -> None:
+    def __init__(
+        self, source: JobSource, api: KubeApi, obj: Obj, spec: JobSpec, informers: Informers
+    ) -> None:
         self.source, self.api, self.obj, self.spec = source, api, obj, spec
         meta = obj["metadata"]
         self.namespace, self.job_id = meta["namespace"], meta["name"]
@@ -170,17 +170,26 @@ class JobFeed:
         self.waiting: str | None = None  # the cluster's word on why the pending job waits
         self.job = source.describe_job(obj, spec, {})
         self.viewers = 0
+        self._informers = informers
+        pod_selector, pod_label = across_jobs(source.pod_selector(self.job_id), self.job_id)
+        self._jobs = informers.use(
+            api, source.resource_of(obj), self.namespace, LABEL_INSTANCE, by_name
+        )
+        self._pods = informers.use(api, PODS, self.namespace, pod_selector, by_label(pod_label))
+        self._jobs.listen(self.job_id, self._on_job)
+        self._pods.listen(self.job_id, self._on_pod)
         self._tasks: list[asyncio.Task[None]] = []
         self.started: asyncio.Task[None] = asyncio.create_task(self._start())
 
     async def _start(self) -> None:
-        await self._list_pods()
+        await asyncio.gather(self._jobs.ready(), self._pods.ready())
+        cached = self._jobs.get(self.job_id)
+        if cached is not None:  # else it was made after that list: its event comes
+            self.obj = cached
+        self.all_pods = self._pods.objects_of(self.job_id)
+        self._pods_changed()
         await self._refresh_waiting()
-        self._tasks = [
-            asyncio.create_task(self._watch_job()),
-            asyncio.create_task(self._watch_pods()),
-            asyncio.create_task(self._poll_waiting()),
-        ]
+        self._tasks = [asyncio.create_task(self._poll_waiting())]
 
     async def stop(self) -> None:
         self.started.cancel()
@@ -189,6 +198,9 @@ class JobFeed:
         for task in tasks:
             task.cancel()
         results = await asyncio.gather(self.started, *tasks, return_exceptions=True)
+        self._jobs.unlisten(self.job_id, self._on_job)
+        self._pods.unlisten(self.job_id, self._on_pod)
+        await asyncio.gather(self._informers.let_go(self._jobs), self._informers.let_go(self._pods))
         await self.ctx.ledger.close()  # the anchors its followers left
         for result in results:
             if isinstance(result, Exception) and not isinstance(result, DistrunError):
@@ -247,14 +259,22 @@ class JobFeed:
             await asyncio.sleep(WAITING_POLL_SECONDS)
             await self._refresh_waiting()
 
-    # --- watches ---
+    # --- what the namespace's informers tell ---
 
-    async def _list_pods(self) -> str:
-        selector = self.source.pod_selector(self.job_id)
-        listed = await self.api.list(PODS, self.namespace, selector, "list pods")
-        self.all_pods = {pod["metadata"]["name"]: pod for pod in listed.get("items", [])}
+    def _on_job(self, kind: str, obj: Obj) -> None:
+        if kind == "DELETED":
+            self.gone = True
+        else:
+            self.obj = obj
+        self._update()
+
+    def _on_pod(self, kind: str, pod: Obj) -> None:
+        name = pod["metadata"]["name"]
+        if kind == "DELETED":
+            self.all_pods.pop(name, None)
+        else:
+            self.all_pods[name] = pod
         self._pods_changed()
-        return str(listed["metadata"].get("resourceVersion", ""))
 
     def _pods_changed(self) -> None:
         self.pods = self.source.replica_pods(list(self.all_pods.values()), self.spec)
@@ -263,78 +283,6 @@ class JobFeed:
             if pod is not follower.pod:
                 follower.update(pod)
         self._update()
-
-    async def _watch_pods(self) -> None:
-        """Lists, then watches from the list's resourceVersion; lists again after an expired
-        version (410 Gone) or a broken connection, as long as the API server is unreachable."""
-        selector = self.source.pod_selector(self.job_id)
-        version = ""
-        while True:
-            try:
-                if not version:
-                    version = await self._list_pods()
-                watch = self.api.watch(PODS, self.namespace, selector, version, "watch pods")
-                async for event in watch:
-                    version = self._on_pod_event(event, version)
-            except WATCH_BROKEN as error:
-                log.info("pod watch of %s broke: %r", self.job_id, error)
-                version = ""
-                await asyncio.sleep(RETRY_SECONDS)
-
-    def _on_pod_event(self, event: Obj, version: str) -> str:
-        kind, pod = event.get("type"), event.get("object") or {}
-        if kind == "ERROR":
-            return ""  # expired (410 Gone): list again
-        meta = pod.get("metadata", {})
-        if kind == "BOOKMARK":
-            return str(meta.get("resourceVersion", version))
-        if kind == "DELETED":
-            self.all_pods.pop(meta.get("name", ""), None)
-        else:
-            self.all_pods[meta["name"]] = pod
-        self._pods_changed()
-        return str(meta.get("resourceVersion", version))
-
-    async def _watch_job(self) -> None:
-        selector = f"{LABEL_INSTANCE}={self.job_id}"
-        resource = self.source.resource_of(self.obj)
-        version = str(self.obj["metadata"].get("resourceVersion", ""))
-        while not self.gone:
-            try:
-                watch = self.api.watch(resource, self.namespace, selector, version, "watch")
-                async for event in watch:
-                    kind, obj = event.get("type"), event.get("object") or {}
-                    if kind == "ERROR":
-                        break
-                    version = str(obj.get("metadata", {}).get("resourceVersion", version))
-                    if kind == "DELETED":
-                        self.gone = True
-                    elif kind != "BOOKMARK":
-                        self.obj = obj
-                    self._update()
-                    if self.gone:
-                        return
-            except WATCH_BROKEN as error:
-                log.info("job watch of %s broke: %r", self.job_id, error)
-                await asyncio.sleep(RETRY_SECONDS)
-            version = await self._read_job(resource)
-
-    async def _read_job(self, resource: Resource) -> str:
-        """The job object read again (what changed while no watch ran), retried while the API
-        server is unreachable; its resourceVersion, to watch from."""
-        while True:
-            try:
-                self.obj = await self.api.get(resource, self.namespace, self.job_id, "read the job")
-            except NotFound:
-                self.gone = True
-                self._update()
-                return ""
-            except WATCH_BROKEN as error:
-                log.info("reading job %s failed: %r", self.job_id, error)
-                await asyncio.sleep(RETRY_SECONDS)
-                continue
-            self._update()
-            return str(self.obj["metadata"].get("resourceVersion", ""))
 
 
 class CatchUp:
