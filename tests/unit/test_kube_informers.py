@@ -13,7 +13,7 @@ import pytest
 
 from distrun.core.errors import EngineError
 from distrun.engines.kube import informers
-from distrun.engines.kube.client import PODS, Obj, Resource
+from distrun.engines.kube.client import PODS, Expired, Obj, Resource
 from distrun.engines.kube.informers import Backoff, Informer, Informers, across_jobs, by_label
 
 LABEL = "training.kubeflow.org/job-name"
@@ -205,3 +205,15 @@ async def test_a_first_list_that_fails_fails_who_waits_and_the_informer_tries_on
     await until(lambda: informer.synced)
     await informer.ready()
     await informer.stop()
+
+
+async def test_a_watch_answered_410_rather_than_sent_as_an_event_lists_again(
+    quick_backoff: None,
+) -> None:
+    api = ScriptedApi(forever)
+    api.listings = [([], 1), ([], 4)]
+    api.scripts = [Expired("cannot watch pods in ns: too old resource version: 1 (3)")]
+    informer = Informer(api, PODS, "ns", LABEL, by_label(LABEL))  # type: ignore[arg-type]
+    await until(lambda: len(api.calls) >= 4)
+    await informer.stop()
+    assert api.calls == [("list", ""), ("watch", "1"), ("list", ""), ("watch", "4")]

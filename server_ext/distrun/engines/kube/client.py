@@ -67,6 +67,10 @@ def namespace_for(template: str, owner: str) -> str:
     return namespace
 
 
+class Expired(EngineError):
+    """410 Gone: the resourceVersion asked for is older than the API server keeps (list again)."""
+
+
 def api_error(error: Exception, what: str) -> DistrunError:
     """The domain error for a failed call; `what` says what we were doing ("create the job")."""
     if isinstance(error, ApiException):
@@ -77,6 +81,8 @@ def api_error(error: Exception, what: str) -> DistrunError:
             return Conflict(f"cannot {what}: {message}")
         if error.status in (401, 403):
             return Forbidden(f"the cluster does not allow us to {what}: {message}")
+        if error.status == 410:
+            return Expired(f"cannot {what}: {message}")
         if error.status in (400, 422):
             return SpecError(f"the cluster rejected the request to {what}: {message}")
         return EngineError(f"cannot {what}: the API server answered {error.status}: {message}")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from distrun.core.errors import DistrunError
-from distrun.engines.kube.client import KubeApi, Obj, Resource
+from distrun.engines.kube.client import Expired, KubeApi, Obj, Resource
 
 log = logging.getLogger(__name__)
 # How a watch or a list breaks when the API server goes away (a restart, a dropped
@@ -160,6 +160,8 @@ class Informer:
                     backoff.reset()
             except WATCH_BROKEN as error:
                 log.info("%s broke: %r", self._what("watching"), error)
+                if isinstance(error, Expired):  # answered 410 rather than sent it as an event
+                    version = ""
                 if not self.synced:  # who waits for it fails; the next list is awaited anew
                     self._first_list.set_exception(error)
                     self._first_list.exception()
