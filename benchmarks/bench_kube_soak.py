@@ -4,6 +4,8 @@ the API server, counted by the API server itself, against the naive baseline in 
     PYTHONPATH=server_ext python benchmarks/bench_kube_soak.py [--jobs 50] [--replicas 4]
         [--viewers 4] [--phase-seconds 60] [--rate 2]
     PYTHONPATH=server_ext python benchmarks/bench_kube_soak.py --quick   # 10 jobs, 20 s phases
+    PYTHONPATH=server_ext python benchmarks/bench_kube_soak.py --pods 200,600,1200 --replicas 8
+        --viewers 4 --phase-seconds 30 --rate 1   # the curve: the shared phases at each size
 
 The tier's control plane (etcd, kube-apiserver, kwok playing the kubelet on as many fake nodes
 as the pods need) and the real Training Operator v1.9.4 run `--jobs` PyTorchJobs of
@@ -14,7 +16,9 @@ same running jobs, one phase after another, each `--phase-seconds` long:
   quiet     nobody follows: the cluster's own requests (operator, kwok, scheduler), subtracted
             from the phases below;
   shared    one distrun server (a real jupyter_server), `--viewers` websocket viewers per job;
-  shared-1  the same server, one viewer per job: the load must not grow with viewers;
+  shared-1  the same server, one viewer per job, as soon as the first phase's viewers have
+            gone: the load must not grow with viewers, and every viewer must be served (a
+            refused one is counted apart, with the server's reason);
   naive     the baseline, one follow per viewer as before 2026-11-25: every viewer its own
             KubeflowEngine in this process, so each runs its own job watch, pod watch and log
             stream per replica, exactly as one `follow` did then;
@@ -26,7 +30,11 @@ For each: the pod-log streams and watches open at the API server in mid-phase
 (seqs gap-free from where it started, each text the line written). For the shared server: its
 event-loop lag (p99, max: a 10 ms sleep's overshoot, measured inside the server by the probe of
 bench_soak.py) and its RSS at the start and end of its phases. Exits 1 if a line was lost,
-repeated or altered.
+repeated or altered, or a viewer refused.
+
+With `--pods`, the cluster grows through the sizes given (jobs of `--replicas` pods each, all
+in one namespace); at each size the quiet phase, then a fresh server's two shared phases (the
+naive and two-server phases are left out: at 1,200 pods they would be 4,800 engines).
 """
 
 import argparse
@@ -90,6 +98,7 @@ class Viewer:
     next_seq: dict[str, int] = field(default_factory=dict)
     received: int = 0
     errors: list[str] = field(default_factory=list)
+    refused: bool = False  # the server said why in an error message, then closed
 
     def check(self, rows: list[tuple[str, int, str]]) -> None:
         for replica, seq, line in rows:
@@ -116,9 +125,14 @@ async def websocket_viewer(server: DistrunServer, viewer: Viewer, stop: asyncio.
                 break
             message = reading.result()
             if message is None:
-                viewer.errors.append(f"{viewer.job_id}: the server closed the stream")
+                why = f"code {ws.close_code}, {ws.close_reason!r}"
+                viewer.errors.append(f"{viewer.job_id}: the server closed the stream ({why})")
                 return
             event = json.loads(message)
+            if event["type"] == "error":
+                viewer.errors.append(f"{viewer.job_id}: refused: {event.get('message')}")
+                viewer.refused = True
+                return
             if event["type"] == "runs":
                 rows = rows_of_runs(event["runs"])
                 viewer.check([(r, seq, line) for r, seq, _, line in rows])
@@ -152,21 +166,24 @@ async def engine_viewer(engine: KubeflowEngine, viewer: Viewer, stop: asyncio.Ev
 @dataclass
 class Jobs:
     logs: dict[str, dict[str, PodLog]]  # job id -> replica -> its log
-    written: int = 0  # lines written to each replica so far
+    written: dict[str, int] = field(default_factory=dict)  # job id -> lines in each replica's
 
     @property
     def ids(self) -> list[str]:
         return list(self.logs)
 
     async def write_on(self, rate: float, stop: asyncio.Event) -> None:
-        """One more numbered line in every replica's log, `rate` times a second."""
-        start = time.monotonic()
+        """One more numbered line in every replica's log, `rate` times a second (jobs added
+        meanwhile included, each numbered from its own first line)."""
+        start, ticks = time.monotonic(), 0
         while not stop.is_set():
-            for job_logs in self.logs.values():
+            for job_id, job_logs in list(self.logs.items()):
+                seq = self.written.get(job_id, 0)
                 for replica, log in job_logs.items():
-                    log.write(text(replica, self.written))
-            self.written += 1
-            delay = start + self.written / rate - time.monotonic()
+                    log.write(text(replica, seq))
+                self.written[job_id] = seq + 1
+            ticks += 1
+            delay = start + ticks / rate - time.monotonic()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), max(delay, 0))
 
@@ -181,15 +198,19 @@ def add_nodes(cluster: KubeCluster, pods: int) -> None:
             core.create_node(node)
 
 
-async def submit_jobs(cluster: KubeCluster, admin: Any, count: int, replicas: int) -> Jobs:
-    """`count` PyTorchJobs of alice's, each replica's log registered before its pod exists."""
+async def submit_jobs(
+    cluster: KubeCluster, admin: Any, jobs: Jobs, count: int, replicas: int
+) -> None:
+    """`count` more PyTorchJobs of alice's into `jobs`, each replica's log registered before
+    its pod exists."""
     engine = KubeflowEngine(
-        api_client=admin, namespace=NAMESPACE, limits=Limits(max_jobs_per_user=count + 1)
+        api_client=admin,
+        namespace=NAMESPACE,
+        limits=Limits(max_jobs_per_user=len(jobs.logs) + count + 1),
     )
     spec = JobSpec.from_dict(
         {"framework": "pytorch", "code": "pass\n", "roles": {"worker": {"replicas": replicas - 1}}}
     )
-    jobs = Jobs({})
     drawn = jobids.new_job_id
     try:
         for _ in range(count):
@@ -203,7 +224,6 @@ async def submit_jobs(cluster: KubeCluster, admin: Any, count: int, replicas: in
     finally:
         jobids.new_job_id = drawn
         await engine.close()
-    return jobs
 
 
 async def wait_running(admin: Any, jobs: Jobs, replicas: int) -> None:
@@ -229,9 +249,11 @@ class PhaseResult:
     requests_per_minute: float
     lines: int
     errors: list[str]
+    refused: int = 0  # viewers the server refused (each error says why)
     busiest: list[tuple[str, int]] = field(default_factory=list)
     lag: tuple[float, float] | None = None  # p99, max
     rss_mib: list[float] = field(default_factory=list)  # at the start, middle and end
+    pods: int = 0
 
 
 Starter = Callable[[Viewer, asyncio.Event], Awaitable[None]]
@@ -244,9 +266,10 @@ async def phase(
     viewers: list[tuple[Viewer, Starter]],
     quiet: float,
     server: DistrunServer | None = None,
+    lag_file: Path | None = None,
 ) -> PhaseResult:
     """The API server's load over `seconds` while `viewers` follow (after a warm-up), and the
-    RSS of `server` at the start, middle and end."""
+    RSS of `server` at the start, middle and end, and its event-loop lag while measured."""
     rss: list[float] = []
 
     def sample() -> None:
@@ -257,6 +280,7 @@ async def phase(
     tasks = [asyncio.create_task(start(viewer, stop)) for viewer, start in viewers]
     try:
         await asyncio.sleep(WARM_UP)  # connected and caught up
+        since = time.time()
         start = await apiserver_load(admin)
         sample()
         received = sum(viewer.received for viewer, _ in viewers)
@@ -281,7 +305,9 @@ async def phase(
         end.requests_since(start) * 60 / elapsed - quiet,
         sum(viewer.received for viewer, _ in viewers) - received,
         errors,
-        end.busiest_since(start),
+        refused=sum(viewer.refused for viewer, _ in viewers),
+        busiest=end.busiest_since(start),
+        lag=None if lag_file is None else lag_figures(lag_file, since),
         rss_mib=rss,
     )
 
@@ -322,6 +348,24 @@ def server_with_probe(kubeconfig: Path, work: Path, viewers: int) -> tuple[Distr
     return server, lag_file
 
 
+async def shared_phases(
+    args: argparse.Namespace, jobs: Jobs, admin: Any, server: DistrunServer, lag_file: Path,
+    quiet_rate: float,
+) -> list[PhaseResult]:  # fmt: skip
+    """`--viewers` websocket viewers per job on one server, then one per job (the places the
+    first phase's viewers left must be free again)."""
+    many = [(Viewer(job), on_server(server)) for job in jobs.ids for _ in range(args.viewers)]
+    shared = await phase(
+        f"shared, {args.viewers} viewers a job", admin, args.phase_seconds, many, quiet_rate,
+        server, lag_file,
+    )  # fmt: skip
+    one_each = [(Viewer(job), on_server(server)) for job in jobs.ids]
+    single = await phase(
+        "shared, 1 viewer a job", admin, args.phase_seconds, one_each, quiet_rate, server, lag_file
+    )
+    return [shared, single]
+
+
 async def run_phases(
     args: argparse.Namespace, jobs: Jobs, admin: Any, kubeconfig: Path
 ) -> list[PhaseResult]:
@@ -336,15 +380,7 @@ async def run_phases(
     await asyncio.to_thread(first.start)
     await asyncio.to_thread(second.start)
     try:
-        all_viewers = [
-            (Viewer(job), on_server(first)) for job in jobs.ids for _ in range(args.viewers)
-        ]
-        since = time.time() + WARM_UP
-        shared = await phase("shared", admin, seconds, all_viewers, quiet_rate, first)
-        shared.lag = lag_figures(lag_file, since)
-        results.append(shared)
-        one_each = [(Viewer(job), on_server(first)) for job in jobs.ids]
-        results.append(await phase("shared, 1 viewer a job", admin, seconds, one_each, quiet_rate))
+        results += await shared_phases(args, jobs, admin, first, lag_file, quiet_rate)
         results.append(await naive_phase(args, jobs, admin, kubeconfig, quiet_rate))
         halves = [
             (Viewer(job), on_server(first if index % 2 else second))
@@ -355,6 +391,24 @@ async def run_phases(
     finally:
         await asyncio.to_thread(first.stop)
         await asyncio.to_thread(second.stop)
+    return results
+
+
+async def curve_step(
+    args: argparse.Namespace, jobs: Jobs, admin: Any, kubeconfig: Path, pods: int
+) -> list[PhaseResult]:
+    """At `pods` pods: the quiet phase, then a fresh server's two shared phases."""
+    work = Path(tempfile.mkdtemp(prefix="distrun-kube-soak-"))
+    quiet = await phase("quiet", admin, args.phase_seconds, [], 0.0)
+    server, lag_file = server_with_probe(kubeconfig, work, len(jobs.ids) * args.viewers)
+    await asyncio.to_thread(server.start)
+    try:
+        shared = await shared_phases(args, jobs, admin, server, lag_file, quiet.requests_per_minute)
+    finally:
+        await asyncio.to_thread(server.stop)
+    results = [quiet, *shared]
+    for result in results:
+        result.pods = pods
     return results
 
 
@@ -389,45 +443,33 @@ INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
 
 
 def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
-    replicas = args.jobs * args.replicas
     if INOTIFY_INSTANCES.exists():
         # kwok reads logs with the kubelet's own code, an inotify instance per followed log:
         # past this limit (128 by default) follows fail at once and are made again, as on a
         # real node.
         print(f"\nfs.inotify.max_user_instances here: {INOTIFY_INSTANCES.read_text().strip()}")
     print(
-        f"\n{args.jobs} jobs x {args.replicas} replicas ({replicas} pods), {args.rate} lines/s "
-        f"each, phases of {args.phase_seconds:.0f} s; requests/min less the quiet phase's "
-        f"({results[0].requests_per_minute:.0f}/min of the cluster's own):"
+        f"\n{args.replicas} replicas a job, {args.rate} lines/s each, phases of "
+        f"{args.phase_seconds:.0f} s; requests/min less the quiet phase's at the same size:"
     )
     print(
-        f"{'phase':32} {'viewers':>7} {'log streams':>11} {'watches*':>9} {'requests/min':>12} {'lines':>9}  lost/bad"
+        f"{'pods':>5} {'phase':30} {'viewers':>7} {'log streams':>11} {'watches*':>9} "
+        f"{'requests/min':>12} {'lines':>9} {'lost/bad':>8} {'refused':>7} "
+        f"{'lag p99/max ms':>15} {'RSS MiB':>13}"
     )
     for result in results:
+        lag = "" if result.lag is None else f"{result.lag[0] * 1000:.0f}/{result.lag[1] * 1000:.0f}"
+        rss = "" if not result.rss_mib else f"{result.rss_mib[0]:.0f}-{max(result.rss_mib):.0f}"
         print(
-            f"{result.name:32} {result.viewers:>7} {result.log_streams:>11} {result.watches:>9} "
-            f"{result.requests_per_minute:>12.0f} {result.lines:>9,}  {len(result.errors)}"
+            f"{result.pods:>5} {result.name:30} {result.viewers:>7} {result.log_streams:>11} "
+            f"{result.watches:>9} {result.requests_per_minute:>12.0f} {result.lines:>9,} "
+            f"{len(result.errors) - result.refused:>8} {result.refused:>7} {lag:>15} {rss:>13}"
         )
     print("  * pod and PyTorchJob watches open, the operator's and kwok's included (every phase)")
+    print("  lag: the shared server's event loop (a 10 ms sleep's overshoot; bound 100 ms)")
     for result in results:
         served = ", ".join(f"{kind} {count}" for kind, count in result.busiest)
-        print(f"  served most in {result.name}: {served}")
-    shared, naive = results[1], results[3]
-    print(
-        f"log streams: shared {shared.log_streams} for {replicas} replicas, naive "
-        f"{naive.log_streams} ({naive.log_streams / max(shared.log_streams, 1):.1f}x)"
-    )
-    if shared.lag is not None:
-        p99, worst = shared.lag
-        print(
-            f"shared server event-loop lag: p99 {p99 * 1000:.1f} ms, max {worst * 1000:.1f} ms (bound 100 ms)"
-        )
-    if shared.rss_mib:
-        start, middle, end = shared.rss_mib
-        print(
-            f"shared server RSS after warm-up: {start:.0f} MiB, mid-phase {middle:.0f} MiB, "
-            f"at the end {end:.0f} MiB"
-        )
+        print(f"  served most in {result.name} at {result.pods} pods: {served}")
     errors = [error for result in results for error in result.errors]
     for error in errors[:20]:
         print("  ERROR", error)
@@ -435,18 +477,28 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
 
 
 async def soak(args: argparse.Namespace) -> int:
+    sizes = args.pods or [args.jobs * args.replicas]
     with KubeCluster(ensure_all(print)) as cluster:
         kubeconfig = prepare_server_identity(cluster)
-        add_nodes(cluster, args.jobs * args.replicas)
+        add_nodes(cluster, max(sizes))
         start_training_operator(cluster, cluster.binaries.training_operator, NAMESPACE)
         async with cluster.api_client() as admin:
-            print(f"submitting {args.jobs} jobs ...", flush=True)
-            jobs = await submit_jobs(cluster, admin, args.jobs, args.replicas)
-            await wait_running(admin, jobs, args.replicas)
+            jobs = Jobs({})
             stop_writing = asyncio.Event()
             writer = asyncio.create_task(jobs.write_on(args.rate, stop_writing))
+            results: list[PhaseResult] = []
             try:
-                results = await run_phases(args, jobs, admin, kubeconfig)
+                for pods in sizes:
+                    more = pods // args.replicas - len(jobs.ids)
+                    print(f"submitting {more} more jobs ({pods} pods) ...", flush=True)
+                    await submit_jobs(cluster, admin, jobs, more, args.replicas)
+                    await wait_running(admin, jobs, args.replicas)
+                    if args.pods:
+                        results += await curve_step(args, jobs, admin, kubeconfig, pods)
+                    else:
+                        results += await run_phases(args, jobs, admin, kubeconfig)
+                        for result in results:
+                            result.pods = pods
             finally:
                 stop_writing.set()
                 await writer
@@ -461,6 +513,12 @@ def main() -> None:
     parser.add_argument("--phase-seconds", type=float, default=60.0)
     parser.add_argument("--rate", type=float, default=2.0, help="lines per second per replica")
     parser.add_argument("--quick", action="store_true", help="10 jobs, 20 s phases")
+    parser.add_argument(
+        "--pods",
+        type=lambda text: [int(part) for part in text.split(",")],
+        help="the curve: sizes in pods, one after the other in the same cluster, e.g. "
+        "200,600,1200 (jobs of --replicas; quiet and the two shared phases at each)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.jobs, args.phase_seconds = 10, 20.0
