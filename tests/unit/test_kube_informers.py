@@ -36,7 +36,9 @@ class ScriptedApi:
         self.default = default
         self.calls: list[tuple[str, str]] = []  # (verb, the version watched from)
 
-    async def list(self, res: Resource, namespace: str, selector: str, what: str) -> Obj:
+    async def list(
+        self, res: Resource, namespace: str, selector: str, what: str, **_paging: Any
+    ) -> Obj:
         self.calls.append(("list", ""))
         items, version = self.listings.pop(0) if len(self.listings) > 1 else self.listings[0]
         return {"items": items, "metadata": {"resourceVersion": str(version)}}
@@ -193,10 +195,10 @@ async def test_a_first_list_that_fails_fails_who_waits_and_the_informer_tries_on
     failures = [EngineError("cannot list pods: connection refused")]
     listing = api.list
 
-    async def flaky_list(*args: Any) -> Obj:
+    async def flaky_list(*args: Any, **paging: Any) -> Obj:
         if failures:
             raise failures.pop()
-        return await listing(*args)
+        return await listing(*args, **paging)
 
     api.list = flaky_list  # type: ignore[method-assign]
     informer = Informer(api, PODS, "ns", LABEL, by_label(LABEL))  # type: ignore[arg-type]
@@ -217,3 +219,37 @@ async def test_a_watch_answered_410_rather_than_sent_as_an_event_lists_again(
     await until(lambda: len(api.calls) >= 4)
     await informer.stop()
     assert api.calls == [("list", ""), ("watch", "1"), ("list", ""), ("watch", "4")]
+
+
+async def test_a_list_is_read_in_pages_of_one_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(informers, "LIST_PAGE", 2)
+    pods = [pod(f"a-{n}", "a", 1) for n in range(5)]
+    asked: list[tuple[int | None, str | None]] = []
+
+    class PagedApi(ScriptedApi):
+        async def list(
+            self,
+            res: Resource,
+            namespace: str,
+            selector: str,
+            what: str,
+            *,
+            limit: int | None = None,
+            continue_from: str | None = None,
+        ) -> Obj:
+            asked.append((limit, continue_from))
+            start = int(continue_from or 0)
+            end = start + (limit or len(pods))
+            meta = {"resourceVersion": "7" if start == 0 else "8"}
+            if end < len(pods):
+                meta["continue"] = str(end)
+            return {"items": pods[start:end], "metadata": meta}
+
+    api = PagedApi(forever)
+    informer = Informer(api, PODS, "ns", LABEL, by_label(LABEL))  # type: ignore[arg-type]
+    await informer.ready()
+    await until(lambda: len(api.calls) >= 1)
+    await informer.stop()
+    assert asked == [(2, None), (2, "2"), (2, "4")]
+    assert set(informer.objects_of("a")) == {f"a-{n}" for n in range(5)}
+    assert api.calls == [("watch", "7")], "from the snapshot's version, the first page's"

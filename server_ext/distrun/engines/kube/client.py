@@ -157,9 +157,23 @@ class KubeApi:
     async def get(self, res: Resource, namespace: str, name: str, what: str) -> Obj:
         return await self._call(what, self._method(res, "get"), namespace, name)
 
-    async def list(self, res: Resource, namespace: str, selector: str, what: str) -> Obj:
-        """The list object: `items` and `metadata.resourceVersion`."""
-        kwargs = {"label_selector": selector}
+    async def list(
+        self,
+        res: Resource,
+        namespace: str,
+        selector: str,
+        what: str,
+        *,
+        limit: int | None = None,
+        continue_from: str | None = None,
+    ) -> Obj:
+        """The list object: `items` and `metadata.resourceVersion`; with `limit`, one page of
+        it, `metadata.continue` the token for the next (`continue_from`)."""
+        kwargs: dict[str, Any] = {"label_selector": selector}
+        if limit is not None:
+            kwargs["limit"] = limit
+        if continue_from:
+            kwargs["_continue"] = continue_from
         return await self._call(what, self._method(res, "list"), namespace, **kwargs)
 
     async def list_metadata(self, res: Resource, namespace: str, selector: str, what: str) -> Obj:

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 WATCH_BROKEN = (DistrunError, aiohttp.ClientError, OSError, TimeoutError)
 FIRST_DELAY, LONGEST_DELAY = 0.5, 30.0  # seconds before a restart: the first, the cap
 HEALTHY_WATCH_SECONDS = 10.0  # a watch that ran this long resets the backoff
+LIST_PAGE = 250  # objects a list asks for at once
 
 Listener = Callable[[str, Obj], None]  # ("ADDED" | "MODIFIED" | "DELETED", the object)
 KeyOf = Callable[[Obj], str | None]  # which listeners an object concerns (a job's id)
@@ -111,6 +112,7 @@ class Informer:
         self._first_list = asyncio.get_running_loop().create_future()
         self.lists = self.watches = 0  # requests made, for tests and diagnostics
         self.task = asyncio.create_task(self._run())
+        self.task.add_done_callback(self._ended)
 
     # --- what feeds use ---
 
@@ -138,8 +140,15 @@ class Informer:
     async def stop(self) -> None:
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
-        if not self._first_list.done():
+
+    def _ended(self, task: "asyncio.Task[None]") -> None:
+        """Whoever waits for a first list that will never come is told (a bug, or a stop)."""
+        if self._first_list.done():
+            return
+        if task.cancelled() or task.exception() is None:
             self._first_list.cancel()
+        else:
+            self._first_list.set_exception(task.exception())  # type: ignore[arg-type]
 
     # --- the list and the watch ---
 
@@ -169,15 +178,32 @@ class Informer:
             await asyncio.sleep(backoff.next())
 
     async def _list(self) -> str:
+        """Every object, in pages of LIST_PAGE (one snapshot: the first page's version), so
+        that no single answer of thousands of pods holds the event loop while it is parsed."""
         self.lists += 1
-        listed = await self.api.list(
-            self.resource, self.namespace, self.selector, self._what("list")
-        )
-        self._replace([_slim(obj) for obj in listed.get("items") or []])
+        items: list[Obj] = []
+        token: str | None = None
+        version = ""
+        while True:
+            listed = await self.api.list(
+                self.resource,
+                self.namespace,
+                self.selector,
+                self._what("list"),
+                limit=LIST_PAGE,
+                continue_from=token,
+            )
+            items += [_slim(obj) for obj in listed.get("items") or []]
+            meta = listed.get("metadata") or {}
+            version = version or str(meta.get("resourceVersion", ""))
+            token = meta.get("continue")
+            if not token:
+                break
+        self._replace(items)
         if not self.synced:
             self.synced = True
             self._first_list.set_result(None)
-        return str(listed.get("metadata", {}).get("resourceVersion", ""))
+        return version
 
     async def _watch(self, version: str) -> str:
         """Events until the watch ends; the version to go on from ("" to list again)."""
