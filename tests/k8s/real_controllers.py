@@ -193,7 +193,8 @@ def write_config(path: Path, config: dict[str, Any]) -> Path:
 
 def start_job_controller(cluster: KubeCluster, kube_controller_manager: Path) -> Component:
     """A second kube-controller-manager running only the Job controller (and the TTL one that
-    removes finished Jobs when asked)."""
+    removes finished Jobs when asked, and the quota one: a ResourceQuota admits no pod until
+    it has counted its namespace's usage)."""
     admin = cluster.kubeconfig("admin")
     port = free_port()
     return start(
@@ -208,7 +209,7 @@ def start_job_controller(cluster: KubeCluster, kube_controller_manager: Path) ->
             f"--secure-port={port}",
             f"--cert-dir={cluster.workdir / 'job-controller-certs'}",
             "--leader-elect=false",
-            "--controllers=job-controller,ttl-after-finished-controller",
+            "--controllers=job-controller,ttl-after-finished-controller,resourcequota-controller",
             "--use-service-account-credentials=false",
         ],
         lambda: http_ok(f"https://127.0.0.1:{port}/healthz", unverified_loopback_context()),
