@@ -205,6 +205,47 @@ def test_submit_then_logs_status_ls_cancel_and_rm(env: dict[str, str], tmp_path:
     assert job_id not in distrun(env, "ls").stdout
 
 
+TOP_CELL = """\
+%framework=generic
+%worker=2
+%memory=1Gi
+import os, time
+hoard = b"x" * (96 * 1024 * 1024)
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+def top_until_sampled(env: dict[str, str], job_id: str, *flags: str) -> list[list[str]]:
+    """`distrun top JOB` once both replicas hold their memory: its rows, split in columns."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        top = distrun(env, "top", job_id, *flags)
+        assert top.returncode == 0, top.stderr
+        rows = [line.split("  ") for line in top.stdout.splitlines()]
+        rows = [[cell.strip() for cell in row if cell.strip()] for row in rows]
+        if len(rows) == 3 and all(row[3].endswith("MiB") and float(row[3][:-4]) > 96
+                                  for row in rows[1:]):  # fmt: skip
+            return rows
+    raise AssertionError(f"no sample of both replicas holding 96 MiB: {top.stdout}")
+
+
+def test_top_shows_each_replicas_cpu_memory_peak_and_limit(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    job_id = distrun(env, "submit", write(tmp_path / "top.txt", TOP_CELL)).stdout.strip()
+    try:
+        rows = top_until_sampled(env, job_id)
+    finally:
+        distrun(env, "cancel", job_id)
+    assert rows[0] == ["REPLICA", "STATE", "CPU", "MEMORY", "PEAK", "LIMIT", "GPU"]
+    assert [row[:2] for row in rows[1:]] == [["worker-0", "running"], ["worker-1", "running"]]
+    for row in rows[1:]:
+        assert row[2].endswith("%") and row[5:] == ["1 GiB", "-"]
+    unknown = distrun(env, "top", "no-such-job")
+    assert unknown.returncode == 2 and unknown.stderr.startswith("distrun: error: no job")
+
+
 # --- the CLI against a real jupyter_server ---------------------------------------------------
 
 
@@ -246,6 +287,18 @@ def test_the_environment_selects_the_server_and_errors_come_back_as_one_line(
     wrong = distrun({**remote, "DISTRUN_TOKEN": "wrong"}, "ls")
     assert wrong.returncode == 2
     assert "check the token (--token-file, DISTRUN_TOKEN or DISTRUN_TOKEN_FILE)" in wrong.stderr
+
+
+def test_top_through_the_server_reads_the_same_samples(
+    env: dict[str, str], server: ServerProcess, tmp_path: Path
+) -> None:
+    remote = {**env, "DISTRUN_URL": server.url, "DISTRUN_TOKEN": TOKEN}
+    job_id = distrun(remote, "submit", write(tmp_path / "top.txt", TOP_CELL)).stdout.strip()
+    try:
+        rows = top_until_sampled(remote, job_id)
+    finally:
+        distrun(remote, "cancel", job_id)
+    assert [row[0] for row in rows] == ["REPLICA", "worker-0", "worker-1"]
 
 
 def test_jobs_run_from_the_cli_show_up_in_the_server_and_back(

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from distrun.client.log_resume import rows_of_runs
+from distrun.core.stream_versions import STREAM_PROTOCOLS, V3_USAGE
 from tests.reliability.helpers import gc_disabled, wait_until
 
 pytestmark = pytest.mark.integration
@@ -104,3 +105,48 @@ async def test_a_close_mid_backlog_is_answered_and_the_streams_work_stops_at_onc
     paused.transport.abort()
     await asyncio.gather(closing, return_exceptions=True)
     await api("jobs", job["id"], "cancel", method="POST", body={})
+
+
+async def read_to_end(ws: Any) -> list[dict[str, Any]]:
+    messages = []
+    async with asyncio.timeout(60):
+        while (message := await ws.read_message()) is not None:
+            messages.append(json.loads(message))
+    return messages
+
+
+async def test_version_3_sends_each_replicas_usage_resumably_and_older_versions_none(
+    api, jp_ws_fetch, checked
+):
+    from tests.server.test_openapi import stream_schema
+
+    code = "import time\nprint('up', flush=True)\ntime.sleep(3.5)\nprint('done', flush=True)\n"
+    spec = {"framework": "generic", "code": code, "roles": {"worker": {"replicas": 2}}}
+    job = await api("jobs", method="POST", body={"spec": spec})
+    stream = ("distrun", "jobs", job["id"], "logs", "stream")
+    v3 = await jp_ws_fetch(*stream, subprotocols=[V3_USAGE, *STREAM_PROTOCOLS])
+    assert v3.selected_subprotocol == V3_USAGE
+    messages = await read_to_end(v3)
+    assert messages[-1] == {"type": "end"}
+    usage = [m for m in messages if m["type"] == "usage"]
+    for message in usage:
+        stream_schema("StreamUsage").validate(message)
+    samples = [sample for m in usage for sample in m["samples"]]
+    assert len(samples) >= 2
+    assert [s["seq"] for s in samples] == list(range(len(samples)))
+    assert {"worker-0", "worker-1"} <= set(samples[1]["replicas"])
+    assert all(r["rss_bytes"] > 0 for s in samples for r in s["replicas"].values())
+    status, report = await checked("GET", f"/distrun/jobs/{job['id']}/usage")
+    assert status == 200 and report["available"] and report["samples"] == samples
+    assert report["next"] == len(samples)
+    # Resumed: only the samples after the last one received, the lines as before.
+    resumed = await read_to_end(
+        await jp_ws_fetch(*stream, params={"usage_since": 1}, subprotocols=[V3_USAGE])
+    )
+    again = [s for m in resumed if m["type"] == "usage" for s in m["samples"]]
+    assert again == samples[1:]
+    # Older versions: the same lines, no usage.
+    for version in STREAM_PROTOCOLS:
+        older = await read_to_end(await jp_ws_fetch(*stream, subprotocols=[version]))
+        assert "usage" not in {m["type"] for m in older}
+        assert older[-1] == {"type": "end"}

@@ -46,6 +46,8 @@ async def test_real_responses_match_the_document(checked, fake_engine):
         200,
         "worker-0 | hello\n",
     )
+    status, usage = await checked("GET", f"/distrun/jobs/{job_id}/usage?since=3")
+    assert status == 200 and usage["available"] is False and "does not sample" in usage["reason"]
     assert (await checked("POST", f"/distrun/jobs/{job_id}/cancel", {}))[0] == 200
     assert await checked("DELETE", f"/distrun/jobs/{job_id}") == (204, "")
 
@@ -55,6 +57,11 @@ async def test_error_responses_match_the_document(checked):
     bad_spec = {"spec": {**SPEC, "roles": {"chief": {"replicas": 1}}}}
     status, body = await checked("POST", "/distrun/jobs", bad_spec)
     assert (status, body["field"]) == (400, "roles.chief")
+    status, body = await checked(
+        "GET", "/distrun/jobs/nope-00000/usage?since=-1", valid_request=False
+    )
+    assert (status, body["field"]) == (400, "since")
+    assert (await checked("GET", "/distrun/jobs/nope-00000/usage"))[0] == 404
     status, body = await checked(
         "GET", "/distrun/jobs/nope-00000/logs?since=x", valid_request=False
     )

@@ -76,6 +76,10 @@ class Client(Protocol):
         self, job_id: str, since: Cursor | None = None, replicas: list[str] | None = None
     ) -> AsyncIterator[FollowEvent]: ...
 
+    async def usage(self, job_id: str, since: int = 0) -> dict[str, Any]:
+        """The job's sampled usage, as `GET /distrun/jobs/{id}/usage` answers (UsageReport)."""
+        ...
+
     async def close(self) -> None: ...
 
 

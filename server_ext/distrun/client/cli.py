@@ -46,6 +46,7 @@ from distrun.client.console import (
     stream_job,
     use_color,
 )
+from distrun.client.usage_table import usage_table
 from distrun.core.errors import DistrunError, SpecError
 from distrun.core.gpus import GPU_FALLBACKS, GpuAmount, parse_gpu
 from distrun.core.spec import JobSpec, Limits
@@ -247,6 +248,10 @@ def build_parser() -> argparse.ArgumentParser:
         commands.add_parser(name, parents=[backend], help=help_text).add_argument(
             "job_id", metavar="JOB"
         )
+    top = commands.add_parser(
+        "top", parents=[backend], help="show each replica's CPU, memory and GPU use"
+    )
+    top.add_argument("job_id", metavar="JOB")
     status = commands.add_parser("status", parents=[backend], help="show a job's status")
     status.add_argument("job_id", metavar="JOB")
     status.add_argument("--json", action="store_true")
@@ -498,6 +503,19 @@ async def cmd_status(client: Client, args: argparse.Namespace) -> int:
     return EXIT_SUCCEEDED
 
 
+async def cmd_top(client: Client, args: argparse.Namespace) -> int:
+    job = await client.get_job(args.job_id)
+    report = await client.usage(args.job_id)
+    if not report.get("available"):
+        print(f"distrun: {report.get('reason')}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    if not report.get("samples"):
+        _print(f"[distrun] no usage sampled yet for {args.job_id}")
+        return EXIT_SUCCEEDED
+    _print(usage_table(job, report))
+    return EXIT_SUCCEEDED
+
+
 TOKEN_FLAG_WARNING = (
     "distrun: warning: --token shows the token to anyone who can list this machine's processes "
     "and keeps it in your shell history; set DISTRUN_TOKEN or use --token-file instead"
@@ -512,6 +530,7 @@ COMMANDS = {
     "cancel": cmd_cancel,
     "rm": cmd_rm,
     "status": cmd_status,
+    "top": cmd_top,
 }
 
 

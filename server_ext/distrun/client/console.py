@@ -227,6 +227,11 @@ def jobs_table(jobs: list[dict[str, Any]], now: float | None = None) -> str:
         rows.append((job["id"], job["state"], job["framework"], replicas, age, duration, sweep))
     if not any_trial:
         rows = [row[:-1] for row in rows]
+    return table(rows)
+
+
+def table(rows: list[tuple[str, ...]]) -> str:
+    """Rows as left-aligned columns two spaces apart (the first row: the headings)."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
@@ -296,7 +301,12 @@ def job_details(job: dict[str, Any]) -> str:
         lines.append("")
         lines.append("timeline:")
         lines.extend(timeline)
-    if job.get("last_lines"):
+    tracebacks = job.get("tracebacks") or []
+    for group in tracebacks:  # the same one on several replicas: once
+        lines.append("")
+        lines.append(f"traceback on {', '.join(group['replicas'])}:")
+        lines.extend(f"  {text}" for text in group["lines"])
+    if job.get("last_lines") and not tracebacks:
         lines.append("")
         lines.append(f"last lines of {job.get('failed_replica') or 'the failed replica'}:")
         lines.extend(f"  {text}" for text in job["last_lines"])

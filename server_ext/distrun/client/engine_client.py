@@ -20,6 +20,7 @@ from distrun.client.base import (
 from distrun.core.logs import Cursor, JobUpdate, LogBatch, LogLine, PartialUpdate
 from distrun.core.spec import JobSpec, Limits
 from distrun.engines.protocol import Engine
+from distrun.engines.usage import usage_report
 
 
 class EngineClient:
@@ -107,6 +108,9 @@ class EngineClient:
                 yield PartialEvent(event.lines)
             elif isinstance(event, JobUpdate):
                 yield StatusEvent(event.job.to_json())
+
+    async def usage(self, job_id: str, since: int = 0) -> dict[str, Any]:
+        return (await usage_report(self.engine, job_id, self.owner, since)).to_json()
 
     async def close(self) -> None:
         if self._engine is not None:

@@ -202,6 +202,12 @@ class ServerClient:
     async def delete(self, job_id: str) -> None:
         await self._request("DELETE", self._job_path(job_id))
 
+    async def usage(self, job_id: str, since: int = 0) -> dict[str, Any]:
+        query = [("since", str(since))] if since else []
+        path = self._job_path(job_id, "/usage")
+        report: dict[str, Any] = await self._request("GET", path, query=query)
+        return report
+
     async def logs(
         self, job_id: str, replicas: list[str] | None = None, tail: int | None = None
     ) -> LogPage:

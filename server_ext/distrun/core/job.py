@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from distrun.core.spec import JobSpec
+from distrun.core.tracebacks import TracebackGroup
 
 
 class JobState(str, enum.Enum):
@@ -74,6 +75,8 @@ class Job:
     max_restarts: int = 0  # how many restarts the job may have in all
     restart_scope: str | None = None  # "job", "replica" or None (core/restarts.py)
     timeline: list[TimelineEvent] = field(default_factory=list)
+    # The replicas' last Python tracebacks once the job failed, each told once (core/tracebacks)
+    tracebacks: list[TracebackGroup] = field(default_factory=list)
 
     @property
     def last_failure(self) -> TimelineEvent | None:

@@ -14,6 +14,7 @@ from distrun.core.job import Job
 from distrun.core.logs import Cursor, LogEvent, LogLine
 from distrun.core.spec import JobSpec
 from distrun.core.sweep import SweepSpec
+from distrun.core.usage import UsageReport, UsageUpdate
 
 
 @dataclass(frozen=True)
@@ -97,4 +98,23 @@ class ExperimentEngine(Protocol):
         self, spec: JobSpec, sweep: SweepSpec, owner: str
     ) -> dict[str, Any]:
         """Creates the experiment; returns it as created."""
+        ...
+
+
+@runtime_checkable
+class UsageEngine(Protocol):
+    """An engine that samples what each replica uses (CPU, memory, GPUs) while a job runs."""
+
+    name: str
+
+    async def read_usage(self, job_id: str, owner: str, *, since: int = 0) -> UsageReport:
+        """The samples from seq `since` on that the engine still keeps, and what it can say of
+        them (`available` False, with the reason, where it does not sample this job)."""
+        ...
+
+    def follow_usage(
+        self, job_id: str, owner: str, *, since: int = 0
+    ) -> AsyncIterator[UsageUpdate]:
+        """The samples from seq `since` on, then new ones as they are taken; ends once the job
+        is over and every sample is given."""
         ...

@@ -10,7 +10,9 @@ unfinished line (a progress bar being redrawn) goes out as a `partial` message w
 changes, a few times a second at most.
 
 Versioned by the websocket subprotocol the client offers (Sec-WebSocket-Protocol), as
-core/stream_versions.py names them.
+core/stream_versions.py names them. Version 3 adds `usage` messages: the replicas' sampled
+usage (core/usage.py), from seq `usage_since` (a query parameter, 0 by default) on, each sample
+once, on a task of their own beside the lines; `end` comes after the last one.
 A client that offers none gets version 1, the shape of the first release (`lines`: a row per
 line), so that clients built before versions existed keep working; a client that offers only
 versions this server does not serve gets its first one selected (a browser fails a handshake
@@ -28,7 +30,7 @@ import socket
 import weakref
 from bisect import bisect_right
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, cast
 
@@ -46,15 +48,18 @@ from distrun.core.errors import DistrunError, TooManyOpen
 from distrun.core.job import Job
 from distrun.core.jobids import check_job_id
 from distrun.core.logs import JobUpdate, LineRun, LogBatch, LogEvent, PartialUpdate
-from distrun.core.stream_versions import STREAM_PROTOCOLS, V1_LINES, V2_RUNS
+from distrun.core.stream_versions import SERVED_PROTOCOLS, V1_LINES, V2_RUNS, V3_USAGE
+from distrun.engines.protocol import Engine
+from distrun.engines.usage import follow_usage
 from distrun.server.handlers import limit_body_size, line_json
 from distrun.server.http_errors import WS_CLOSE_INTERNAL_ERROR, error_body, ws_close_code
 from distrun.server.params import check_replicas, parse_replicas, parse_since
+from distrun.server.usage import parse_usage_since
 
 if TYPE_CHECKING:
     from distrun.server.app import DistrunApp
 
-PROTOCOLS = STREAM_PROTOCOLS
+PROTOCOLS = SERVED_PROTOCOLS
 WS_CLOSE_UNSERVED_PROTOCOL = 4406  # 4000 + 406 Not Acceptable
 
 FRAME_MAX_LINES = 2_000
@@ -132,7 +137,7 @@ def lines_message(runs: list[LineRun]) -> bytes:
 def encoded_frames(batch: LogBatch, protocol: str = V2_RUNS) -> list[bytes]:
     """The messages of a batch in `protocol`'s shape, as UTF-8 JSON (sent as text frames);
     encoded once per batch object and shape."""
-    encode = runs_message if protocol == V2_RUNS else lines_message
+    encode = lines_message if protocol == V1_LINES else runs_message
     key = id(batch)
     messages = _encoded.get(key, {}).get(protocol)
     if messages is None:
@@ -184,6 +189,7 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
 
     protocol = V1_LINES
     unserved: list[str] | None = None
+    _usage: "asyncio.Task[None] | None" = None
 
     def open(self, job_id: str) -> None:
         super().open(job_id)
@@ -209,6 +215,9 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
         if self._task is not None:
             self._task.cancel()
             self._task = None
+        if self._usage is not None:
+            self._usage.cancel()
+            self._usage = None
         # jupyter_server stops its ping timer only at the next ping, up to `ws_ping_interval`
         # (30 s) later, and keeps it: the timer and the cycle through it kept this closed
         # handler, its request and connection alive that long and then until a full GC.
@@ -235,6 +244,8 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
         try:
             # No local keeps the job `_open_follower` read: `_relay` swaps it for the engine's copy.
             last = await self._relay(*await self._open_follower(job_id))
+            if self._usage is not None:
+                await self._usage  # every sample before the end
             if last.state.terminal:  # held back until every line had gone out
                 await self._send_status(last)
             await self._send({"type": "end"})
@@ -260,7 +271,17 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
         follower = engine.follow(
             job.id, self.owner, since=since, replicas=wanted, max_batch=FOLLOW_MAX_BATCH
         )
+        if self.protocol == V3_USAGE:
+            usage_since = parse_usage_since(self.get_argument("usage_since", None), "usage_since")
+            self._usage = asyncio.create_task(self._relay_usage(engine, job.id, usage_since))
         return follower, job
+
+    async def _relay_usage(self, engine: Engine, job_id: str, since: int) -> None:
+        """Sends the job's usage samples as they are taken, until the job is over."""
+        async with aclosing(follow_usage(engine, job_id, self.owner, since)) as updates:
+            async for update in updates:
+                samples = [sample.to_json() for sample in update.samples]
+                await self.write_message(orjson.dumps({"type": "usage", "samples": samples}))
 
     def _check_stream_limit(self) -> None:
         limit = self.app.max_streams_per_user

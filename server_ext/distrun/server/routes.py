@@ -16,6 +16,7 @@ from distrun.server.sweeps import (
     SweepHandler,
     SweepsHandler,
 )
+from distrun.server.usage import UsageHandler
 
 
 def routes() -> list[tuple[str, type[web.RequestHandler]]]:
@@ -29,6 +30,7 @@ def routes() -> list[tuple[str, type[web.RequestHandler]]]:
         (job + r"/cancel", CancelHandler),
         (job + r"/logs", LogsHandler),
         (job + r"/logs/stream", LogStreamHandler),
+        (job + r"/usage", UsageHandler),
         (r"distrun/metrics", MetricsHandler),
         (r"distrun/sweeps", SweepsHandler),
         (sweep, SweepHandler),

@@ -34,6 +34,8 @@ from distrun.core.job import Job, JobState, TimelineEvent
 from distrun.core.logs import Cursor, JobUpdate, LogEvent, LogLine
 from distrun.core.restarts import restart_plan
 from distrun.core.spec import JobSpec, Limits, check_relative_path
+from distrun.core.tracebacks import TracebackGroup
+from distrun.core.usage import UsageReport, UsageUpdate, memory_limits
 from distrun.engines.cursors import selected_replicas, start_seqs
 from distrun.engines.local import capabilities, gpu_devices, inotify
 from distrun.engines.local.inherited_env import inherited_env
@@ -51,10 +53,17 @@ from distrun.engines.local.log_followers import LIVE_EDGE_LINES, Follower, close
 from distrun.engines.local.logstore import LogReader, partial_path, read_partial
 from distrun.engines.local.private_files import make_private_dir, write_private
 from distrun.engines.local.processes import kill_job_processes, process_start_time, start_clock
+from distrun.engines.local.usage_store import UsageTail
 from distrun.engines.local.waiting_interpreters import supported as interpreters_supported
 from distrun.engines.local.warm_supervisor import WAIT_FLAG, WarmSupervisor
 from distrun.engines.protocol import EngineInfo
 
+NOT_SAMPLED_REASON = (
+    "this job's usage was not sampled: it was submitted with usage_interval 0, or before "
+    "distrun sampled usage"
+)
+# How often at most a follower of a job's usage looks for new samples.
+_USAGE_POLL_SECONDS = 0.5
 LOST_REASON = "lost: the supervisor process died (was the machine restarted?)"
 # How long a job directory may exist without a recorded supervisor (a submit in progress).
 _LAUNCH_WINDOW_SECONDS = 30.0
@@ -104,6 +113,7 @@ class LocalEngine:
         mps_pipe_directory: str | None = None,
         warm_supervisor: bool = True,
         waiting_interpreters: int = 4,
+        usage_interval: float = 1.0,
     ) -> None:
         """`gpu_discovery`: how to find this machine's GPUs (auto: NVML, then nvidia-smi;
         none: treat it as having none); `mps_pipe_directory`: where the CUDA MPS daemon's pipes
@@ -111,7 +121,9 @@ class LocalEngine:
         next job's supervisor started and waiting (warm_supervisor.py), from the first
         submission or `prepare()` on; `waiting_interpreters`: at most how many replica
         interpreters it starts ahead of the job (waiting_interpreters.py): as many as the last
-        job had replicas, one before the first job; 0: none."""
+        job had replicas, one before the first job; 0: none; `usage_interval`: seconds between
+        two samples of each replica's CPU, memory and GPUs (usage_sampler.py), which is also
+        how soon a replica over its `memory` limit is killed; 0: no sampling, no limit."""
         if gpu_discovery not in gpu_devices.DISCOVERY:
             raise SpecError(
                 f"gpu_discovery {gpu_discovery!r} is not valid; configure one of "
@@ -132,6 +144,12 @@ class LocalEngine:
                 field="waiting_interpreters",
             )
         self.waiting_interpreters = waiting_interpreters
+        if not 0 <= usage_interval <= 3600:
+            raise SpecError(
+                f"usage_interval is {usage_interval}; configure 0 (no sampling) to 3600 seconds",
+                field="usage_interval",
+            )
+        self.usage_interval = usage_interval
         # The next job is likely the last one again (a cell run once more): as many replicas.
         self._interpreters_next = min(1, waiting_interpreters)
         self._jobs_dir = Path(state_dir) / "jobs"
@@ -299,6 +317,36 @@ class LocalEngine:
             self._unwatch(job_id)
             close_after(follower.reading, readers)
 
+    async def read_usage(self, job_id: str, owner: str, *, since: int = 0) -> UsageReport:
+        job, _ = await asyncio.to_thread(self._snapshot, job_id, owner)
+        interval = await asyncio.to_thread(self._usage_interval, job_id)
+        if not interval:
+            return UsageReport(False, NOT_SAMPLED_REASON)
+        samples = await asyncio.to_thread(UsageTail(self._files(job_id).usage, since).read)
+        return UsageReport(True, None, interval, samples, memory_limits(job.spec))
+
+    async def follow_usage(
+        self, job_id: str, owner: str, *, since: int = 0
+    ) -> AsyncIterator[UsageUpdate]:
+        await self.get_job(job_id, owner)
+        interval = await asyncio.to_thread(self._usage_interval, job_id)
+        if not interval:
+            return
+        tail = UsageTail(self._files(job_id).usage, since)
+        while True:
+            _, status = await asyncio.to_thread(self._snapshot, job_id, owner)
+            samples = await asyncio.to_thread(tail.read)  # after the status: then none is last
+            if samples:
+                yield UsageUpdate(samples)
+            elif status.finalized:
+                return
+            await asyncio.sleep(min(interval, _USAGE_POLL_SECONDS))
+
+    def _usage_interval(self, job_id: str) -> float:
+        """The job's sampling interval in seconds; 0 where it is not sampled."""
+        runtime = read_json(self._files(job_id).job).get("runtime", {})
+        return float(runtime.get("usage_interval", 0.0))
+
     async def prepare(self) -> None:
         """Starts the next job's supervisor now, so that even the first job starts warm."""
         if self._warm is None or unsupported_platform_reason() is not None:
@@ -386,7 +434,12 @@ class LocalEngine:
                 f"the shipped files cannot be written: {error}", field="files"
             ) from None
         runtime = Runtime(
-            self.python, entrypoint, self.grace_seconds, self.limits.max_log_line_bytes, self.nice
+            self.python,
+            entrypoint,
+            self.grace_seconds,
+            self.limits.max_log_line_bytes,
+            self.nice,
+            self.usage_interval,
         )
         job = {
             "id": files.dir.name,
@@ -708,4 +761,5 @@ def _to_job(job: dict[str, Any], status: JobStatus, resumed: list[TimelineEvent]
         max_restarts=plan.limit,
         restart_scope=plan.scope,
         timeline=_timeline(job, status, resumed),
+        tracebacks=[TracebackGroup.from_json(group) for group in status.tracebacks],
     )

@@ -12,6 +12,7 @@ from distrun.core.entrypoint import argv as entrypoint_argv
 from distrun.core.job import JobState, ReplicaStatus, TimelineEvent
 from distrun.core.spec import JobSpec, Limits
 from distrun.engines.local.private_files import write_private
+from distrun.engines.local.usage_store import usage_path
 
 # Parse a stored spec without the operator's size limits: they were enforced at submit time.
 _STORED_SPEC_LIMITS = Limits(
@@ -30,6 +31,7 @@ class JobFiles:
         self.supervisor_log = job_dir / "supervisor.log"
         self.code = job_dir / "code"
         self.logs = job_dir / "logs"
+        self.usage = usage_path(job_dir)  # the replicas' sampled usage (usage_store.py)
         # DISTRUN_CHECKPOINT_DIR: kept across the job's restarts (core/checkpoint_env.py).
         self.checkpoints = job_dir / "checkpoints"
 
@@ -43,6 +45,9 @@ class Runtime:
     grace_seconds: float
     max_log_line_bytes: int
     nice: int = 0  # the least niceness of the supervisor and replicas (older jobs: none)
+    # Seconds between two samples of the replicas' usage (usage_sampler.py); 0: none, and no
+    # memory limit enforced. Jobs submitted before sampling existed have none.
+    usage_interval: float = 0.0
 
     def argv(self) -> list[str]:
         return entrypoint_argv(self.python, self.entrypoint)
@@ -64,6 +69,8 @@ class JobStatus:
     finalized: bool = False
     attempt: int = 1  # 1, then 2 once the whole job was restarted, ...
     timeline: list[TimelineEvent] = field(default_factory=list)
+    # Once the job failed: the replicas' last tracebacks, each told once (TracebackGroup JSON).
+    tracebacks: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

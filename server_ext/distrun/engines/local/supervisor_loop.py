@@ -18,6 +18,8 @@ from distrun.core.job import JobState, ReplicaStatus, TimelineEvent
 from distrun.core.logs import PARTIAL_MAX_CHARS
 from distrun.core.restarts import restart_plan
 from distrun.core.terminal import last_redraws, visible_line
+from distrun.core.tracebacks import TRACEBACK_START, TracebackTracker, group_tracebacks
+from distrun.core.usage import format_bytes, memory_limits, out_of_memory_text
 from distrun.engines.local import capabilities
 from distrun.engines.local.exits import ExitWatcher
 from distrun.engines.local.jobdir import JobFiles, JobStatus, write_json_atomic
@@ -37,6 +39,8 @@ from distrun.engines.local.processes import (
     oom_kills,
     spawn_replica,
 )
+from distrun.engines.local.usage_sampler import UsageSampler
+from distrun.engines.local.usage_store import UsageWriter
 
 LAST_LINES = 20
 # How often at most a replica's unfinished line (a progress bar redrawn in place) is recorded
@@ -48,6 +52,7 @@ _READ_SIZE = 64 * 1024
 SUCCESS_DRAIN_SECONDS = 2.0
 # Roles that serve until stopped: never waited for.
 _SERVING_ROLES = frozenset({"ps"})
+_TRACEBACK_MARK = TRACEBACK_START.encode()
 
 
 def run(launch: Launch) -> int:
@@ -81,6 +86,9 @@ class _Replica:
         self.partial_shown = ""  # the unfinished line as last recorded for readers
         self.partial_timer: asyncio.TimerHandle | None = None
         self.partial_written_at = 0.0  # loop time
+        self.peak_rss: int | None = None  # the largest sampled this attempt
+        self.memory_killed = False  # killed by the supervisor for going over its memory limit
+        self.traceback = TracebackTracker()  # its last traceback this attempt
 
     @property
     def running(self) -> bool:
@@ -89,6 +97,9 @@ class _Replica:
     def log(self, raw_lines: list[bytes]) -> None:
         self.writer.append_captured(time.time(), raw_lines)
         self.recent.extend(decode_line(raw) for raw in raw_lines[-LAST_LINES:])
+        # Lines are decoded for it only in or at the start of a traceback (one search in C).
+        if self.traceback.capturing or _TRACEBACK_MARK in b"\n".join(raw_lines):
+            self.traceback.feed([decode_line(raw) for raw in raw_lines])
 
     def note(self, text: str) -> None:
         self.writer.append([(time.time(), text)])
@@ -146,6 +157,8 @@ class Supervisor:
         self._stop_state = JobState.CANCELLED
         self._stop_reason = ""
         self._exits = ExitWatcher(self._on_exit)  # used where pidfds are not
+        self._memory_limits = memory_limits(self.spec)
+        self._sampling: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -158,6 +171,7 @@ class Supervisor:
         self.status.state = JobState.RUNNING
         self.status.started_at = self.launch.started_at or time.time()
         self._event(self.status.started_at, "started", "attempt 1 started")
+        self._start_sampling()
         await self._attach_all()
         self.launch.close_interpreters()
         if self.spec.active_deadline_seconds is not None:
@@ -165,7 +179,13 @@ class Supervisor:
         self._write_status()
         await self._outcome
         await self._stop_all()
+        if self._sampling is not None:
+            self._sampling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sampling
         kill_job_processes(self.job_id, self.launch.mark)
+        if self.status.state == JobState.FAILED:
+            self._record_tracebacks()
         self.status.finalized = True
         self._write_status()
         for replica in self.replicas.values():
@@ -215,6 +235,8 @@ class Supervisor:
         else:
             self._exits.watch(replica)
         replica.hung_reason = None
+        replica.peak_rss, replica.memory_killed = None, False
+        replica.traceback = TracebackTracker()
         if self.spec.startup_timeout_seconds is not None:
             replica.startup_timer = loop.call_later(
                 self.spec.startup_timeout_seconds, self._on_startup_timeout, replica
@@ -298,10 +320,11 @@ class Supervisor:
         self._drain(replica)
         status = replica.status
         status.exit_code = code
-        oom = code == -signal.SIGKILL and self._oom_killed()
+        oom = code == -signal.SIGKILL and (replica.memory_killed or self._oom_killed())
         cause = replica.hung_reason if code != 0 and replica.hung_reason else describe_exit(code)
         if oom:
-            cause = "killed by SIGKILL: out of memory (the kernel's OOM killer)"
+            limit = self._memory_limits.get(status.name)
+            cause = out_of_memory_text(replica.peak_rss, limit)
         status.finished_at = time.time()
         if replica.stopped_for_restart:
             replica.stopped_for_restart = False
@@ -325,7 +348,7 @@ class Supervisor:
             self._record_failure(replica, code, cause, oom)
             status.state = JobState.FAILED
             status.reason = cause
-            self._fail(replica, f"{status.name} failed: {cause}")
+            self._fail(replica, failure_text(status.name, cause))
         exited.set()
         self._write_status()
 
@@ -404,7 +427,7 @@ class Supervisor:
         self._event(
             time.time(),
             "failed",
-            f"{replica.status.name} failed: {cause}",
+            failure_text(replica.status.name, cause),
             replica=replica.status.name,
             exit_code=code,
             signal_name=name,
@@ -428,6 +451,72 @@ class Supervisor:
         attempt = self.status.attempt
         event = TimelineEvent(at, kind, attempt, text, replica, exit_code, signal_name, oom)
         self.status.timeline.append(event)
+
+    def _record_tracebacks(self) -> None:
+        """Each replica's last traceback, the same one on several replicas told once."""
+        found = {
+            name: replica.traceback.last
+            for name, replica in self.replicas.items()
+            if replica.traceback.last is not None
+        }
+        self.status.tracebacks = [group.to_json() for group in group_tracebacks(found)]
+
+    def _start_sampling(self) -> None:
+        """Samples the replicas' usage every `usage_interval` seconds while the job runs."""
+        interval = self.runtime.usage_interval
+        if interval <= 0:
+            return
+        sampler = UsageSampler(self.launch.gpus)
+        writer = UsageWriter(self.files.usage)
+        self._sampling = asyncio.get_running_loop().create_task(
+            self._sample_every(interval, sampler, writer)
+        )
+
+    async def _sample_every(
+        self, interval: float, sampler: UsageSampler, writer: UsageWriter
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                due = loop.time() + interval
+                self._sample(sampler, writer)
+                await asyncio.sleep(max(0.0, due - loop.time()))
+        except OSError:  # the disk is full, say: the job runs on without its usage
+            traceback.print_exc()
+        finally:
+            sampler.close()
+            writer.close()
+
+    def _sample(self, sampler: UsageSampler, writer: UsageWriter) -> None:
+        roots = {
+            name: r.process.pid
+            for name, r in self.replicas.items()
+            if r.running and r.process is not None
+        }
+        if not roots:
+            return
+        usage = sampler.sample(roots)
+        writer.append(time.time(), usage)
+        for name, used in usage.items():
+            replica = self.replicas[name]
+            replica.peak_rss = max(replica.peak_rss or 0, used.rss_bytes)
+            limit = self._memory_limits.get(name)
+            if limit is not None and used.rss_bytes > limit:
+                self._kill_for_memory(replica, used.rss_bytes, limit)
+
+    def _kill_for_memory(self, replica: _Replica, rss: int, limit: int) -> None:
+        """The replica's processes hold more memory than its role's `memory`: SIGKILL, as the
+        kernel does to a container over its memory limit."""
+        if replica.memory_killed or not replica.running:
+            return
+        if self._outcome is not None and self._outcome.done():
+            return
+        replica.memory_killed = True
+        replica.note(
+            f"[distrun] {replica.status.name} holds {format_bytes(rss)}, over its memory limit "
+            f"of {format_bytes(limit)}: killing it"
+        )
+        _signal_group(replica, signal.SIGKILL)
 
     def _check_success(self) -> None:
         completion = [
@@ -506,6 +595,12 @@ class Supervisor:
 
     def _write_status(self) -> None:
         write_json_atomic(self.files.status, self.status.to_json())
+
+
+def failure_text(replica: str, cause: str) -> str:
+    """'worker-1 failed: exit code 3', or, for a replica killed for its memory,
+    'worker-1 killed: out of memory (peak 3.9 GiB of a 4 GiB limit)'."""
+    return f"{replica} {cause}" if cause.startswith("killed:") else f"{replica} failed: {cause}"
 
 
 def _signal_group(replica: _Replica, signum: int) -> None:
