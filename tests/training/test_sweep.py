@@ -58,3 +58,25 @@ def test_a_cli_sweep_of_six_ddp_trials_finds_the_best_and_stops_the_ones_behind(
     assert listed.returncode == 0, listed.stderr
     trials = [line for line in listed.stdout.splitlines() if re.search(r"sweep-\w+/\d", line)]
     assert len(trials) == 6, listed.stdout
+
+
+TPE_CELL = SWEEP_CELL.replace(
+    "%sweep.lr=0.3,0.1,0.03,0.01,0.003,0.001\n", "%sweep.lr=loguniform(0.001,0.9)\n"
+).replace("%earlyStop=median:3\n", "%search=tpe\n%trials=6\n%seed=2\n")
+
+
+@pytest.mark.timeout(600)
+def test_a_tpe_sweep_of_ddp_trials_proposes_better_rates_than_its_first(tmp_path: Path) -> None:
+    assert "%search=tpe" in TPE_CELL and "loguniform" in TPE_CELL
+    (tmp_path / "sweep.py").write_text(TPE_CELL)
+    done = run_cli(tmp_path, "sweep", "sweep.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = table_rows(done.stdout)  # [best mark, lr, by, state, loss, seconds]
+    assert sorted(rows) == list(range(6)), done.stdout
+    assert all(row[3] == "succeeded" for row in rows.values()), done.stdout
+    assert {row[2] for row in rows.values()} == {"random", "tpe"}, done.stdout
+    assert [rows[n][2] for n in range(3)] == ["random"] * 3, "the first draws are at random"
+    losses = {number: float(row[4]) for number, row in rows.items()}
+    best = min(losses, key=lambda n: losses[n])
+    assert rows[best][0] == "*", done.stdout
+    assert losses[best] < losses[0], f"no trial did better than the first:\n{done.stdout}"
