@@ -70,6 +70,10 @@ async def test_invalid_spec_is_400_naming_the_field(api):
         api, 400, "jobs", method="POST", body={"spec": {**SPEC, "framework": "pytorchh"}}
     )
     assert "unknown framework 'pytorchh'" in body["message"]
+    without = {key: value for key, value in SPEC.items() if key != "framework"}
+    body = await expect_error(api, 400, "jobs", method="POST", body={"spec": without})
+    assert body["message"].startswith("framework is required: one of pytorch, ")
+    assert body["field"] == "framework"
     assert body["field"] == "framework"
 
 

@@ -176,6 +176,8 @@ def parse_spec(data: Any, limits: Limits) -> JobSpec:
 
 
 def _framework(value: Any) -> str:
+    if value is None:
+        raise SpecError(f"framework is required: one of {', '.join(FRAMEWORKS)}", field="framework")
     if not isinstance(value, str) or value not in FRAMEWORKS:
         raise SpecError(
             f"unknown framework {value!r}; write one of {', '.join(FRAMEWORKS)}", field="framework"
