@@ -3,6 +3,7 @@ and the singleuser ServiceAccount's rights are checked with SubjectAccessReviews
 
 import secrets
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,7 @@ def test_the_singleuser_account_can_run_jobs_in_its_namespace_and_nothing_elsewh
     ]
     kubectl(kube_cluster, "apply", "-n", release, "-f", "-", stdin=yaml.safe_dump_all(rbac))
     user = f"system:serviceaccount:{release}:distrun-singleuser"
+    until_bound(kube_cluster, user, release)
 
     for check in NEEDED:
         assert allowed(kube_cluster, user, release, check), check
@@ -124,6 +126,15 @@ def test_the_singleuser_account_can_run_jobs_in_its_namespace_and_nothing_elsewh
     assert allowed(kube_cluster, gateway, release, ("create", "", "pods", ""))
     assert not allowed(kube_cluster, gateway, release, ("get", "", "secrets", ""))
     assert not allowed(kube_cluster, gateway, other, ("create", "", "pods", ""))
+
+
+def until_bound(cluster: KubeCluster, user: str, namespace: str) -> None:
+    """A binding just applied reaches the API server's authorizer within moments (through its
+    informer): until then every review of it says no."""
+    deadline = time.monotonic() + 30
+    while not allowed(cluster, user, namespace, ("get", "", "pods", "")):
+        assert time.monotonic() < deadline, f"{user} never got to read pods in {namespace}"
+        time.sleep(0.2)
 
 
 def engine_requests() -> list[tuple[str, str, str, str]]:
@@ -181,6 +192,7 @@ def test_the_chart_grants_every_request_the_engines_make_in_both_namespace_modes
         user = f"system:serviceaccount:{release}:distrun-singleuser"
     kubectl(kube_cluster, "apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
     try:
+        until_bound(kube_cluster, user, user_namespace)
         missing = [
             check
             for check in engine_requests()
