@@ -107,6 +107,12 @@ class Deployment:
             json.loads(self._profile_files()["settings.json"])
         )
         self.namespaces = {user: self._provision(name) for user, name in USERNAMES.items()}
+        for namespace in self.namespaces.values():  # the authorizer sees new bindings late
+            account = f"system:serviceaccount:{namespace}:distrun-notebook"
+            deadline = time.monotonic() + 30
+            while not _can(cluster, account, namespace, "create", "kubeflow.org", "pytorchjobs"):
+                assert time.monotonic() < deadline, f"{account}'s binding never took effect"
+                time.sleep(0.2)
 
     def _profile_files(self) -> dict[str, str]:
         [configmap] = [
