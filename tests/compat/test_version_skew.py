@@ -3,14 +3,9 @@ kernel images built at one time while the server is upgraded at another. On the 
 real server processes: the previous release's client (tests/compat/*_de7ac60.py, pinned to
 commit de7ac60, the last before the log websocket's `runs` shape) against the current server,
 and the current client against the previous release's server (that commit's server_ext, from
-git); and the current server's answer to each version a client may offer."""
+git, conftest.py); and the current server's answer to each version a client may offer."""
 
-import io
 import json
-import subprocess
-import tarfile
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,55 +14,13 @@ from tornado.websocket import websocket_connect
 
 from distrun.client.base import LinesEvent, StatusEvent
 from distrun.client.server_client import ServerClient
-from distrun.core.spec import JobSpec
 from distrun.core.stream_versions import V1_LINES, V2_RUNS
-from tests.server_process import REPO, ServerProcess
+from tests.server_process import ServerProcess
 
 from .server_client_de7ac60 import ServerClient as PreviousServerClient
+from .skew import EXPECTED, SPEC
 
 pytestmark = pytest.mark.integration
-
-PREVIOUS = "de7ac60fa8f0711d40601cc367ef93bc2f05a5b9"
-CODE = "import os\nfor i in range(5):\n    print(os.environ['DISTRUN_REPLICA'], i, flush=True)\n"
-SPEC = JobSpec.from_dict(
-    {"framework": "generic", "code": CODE, "roles": {"worker": {"replicas": 2}}}
-)
-EXPECTED = sorted((f"worker-{r}", i, f"worker-{r} {i}") for r in range(2) for i in range(5))
-
-
-@pytest.fixture(scope="module")
-def previous_server_ext(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The previous release's package, from this repository's history."""
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", PREVIOUS, "server_ext"],
-        capture_output=True,
-        check=False,
-    )
-    assert archive.returncode == 0, (
-        f"commit {PREVIOUS} is not in this clone ({archive.stderr.decode().strip()}): "
-        "fetch the full history (git fetch --unshallow)"
-    )
-    root = tmp_path_factory.mktemp("previous")
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(root, filter="data")
-    return root / "server_ext"
-
-
-@pytest.fixture
-async def current_server(tmp_path: Path) -> AsyncIterator[ServerProcess]:
-    server = await ServerProcess(tmp_path / "server").astart()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-async def previous_server(
-    tmp_path: Path, previous_server_ext: Path
-) -> AsyncIterator[ServerProcess]:
-    path = f"{previous_server_ext}:{REPO}"
-    server = await ServerProcess(tmp_path / "server", env={"PYTHONPATH": path}).astart()
-    yield server
-    server.stop()
 
 
 async def run_to_end(client: Any) -> tuple[list[tuple[str, int, str]], list[str]]:

@@ -6,7 +6,15 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { IJob, IJobList, IJobMetrics, ISubmitCell, ISweep } from './model';
+import {
+  API_VERSION_HEADER,
+  IJob,
+  IJobList,
+  IJobMetrics,
+  ISubmitCell,
+  ISweep,
+  REST_API_VERSION
+} from './model';
 
 /** A failed request: the HTTP status (0 when the server was unreachable) and its message. */
 export class DistrunAPIError extends Error {
@@ -28,9 +36,15 @@ export async function requestAPI<T>(
   settings: ServerConnection.ISettings = ServerConnection.makeSettings()
 ): Promise<T> {
   const url = URLExt.join(settings.baseUrl, 'distrun', endPoint);
+  const headers = new Headers(init.headers);
+  headers.set(API_VERSION_HEADER, REST_API_VERSION);
   let response: Response;
   try {
-    response = await ServerConnection.makeRequest(url, init, settings);
+    response = await ServerConnection.makeRequest(
+      url,
+      { ...init, headers },
+      settings
+    );
   } catch (error) {
     throw new DistrunAPIError(0, String((error as Error).message ?? error));
   }

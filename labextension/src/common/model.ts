@@ -100,6 +100,14 @@ export interface ILineRun {
 /** The log stream's versions, newest first (core/stream_versions.py). */
 export const STREAM_PROTOCOLS = ['distrun.logs.v2', 'distrun.logs.v1'];
 
+/**
+ * The version of the REST resources this extension parses, sent with every request in the
+ * `Distrun-API-Version` header (server_ext/distrun/core/api_versions.py): a server that does
+ * not serve it answers 406 with a message saying so.
+ */
+export const API_VERSION_HEADER = 'Distrun-API-Version';
+export const REST_API_VERSION = '1';
+
 export type StreamMessage =
   | { type: 'runs'; runs: ILineRun[] }
   /** Version 1 (a server that selected it, or none): a row per line. */

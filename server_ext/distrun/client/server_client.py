@@ -17,6 +17,7 @@ from distrun.client.log_resume import (
     fresh_lines,
     resumable_stream,
 )
+from distrun.core.api_versions import API_VERSION_HEADER, REST_V1
 from distrun.core.errors import (
     Conflict,
     DistrunError,
@@ -106,7 +107,7 @@ class ServerClient:
         self.retry = retry
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", API_VERSION_HEADER: REST_V1}
         if self.token:
             headers["Authorization"] = f"token {self.token}"
         return headers

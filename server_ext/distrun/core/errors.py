@@ -41,6 +41,13 @@ class Forbidden(DistrunError):
     status = 403
 
 
+class VersionNotServed(DistrunError):
+    """The client asked for a version of the API (REST or the log websocket) that this server
+    does not serve."""
+
+    status = 406
+
+
 class Conflict(DistrunError):
     """The job is in a state that does not allow the request (e.g. delete while running)."""
 

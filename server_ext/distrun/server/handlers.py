@@ -20,6 +20,7 @@ from tornado import web
 from tornado.http1connection import HTTP1Connection
 from tornado.httputil import HTTPServerRequest
 
+from distrun.core.api_versions import API_VERSION_HEADER, served_version
 from distrun.core.errors import DistrunError, EngineError, Forbidden, LimitExceeded, SpecError
 from distrun.core.frameworks import FRAMEWORKS, Framework
 from distrun.core.header import header_line, parse_cell, spec_from_cell
@@ -113,6 +114,9 @@ class DistrunHandler(ExtensionHandlerMixin, DomainErrorHandler):
         limit = self.body_limit()
         limit_body_size(self.request, limit)
         await super().prepare()
+        # Before the body: a client that cannot read the answer should not have it acted on.
+        asked = self.request.headers.get(API_VERSION_HEADER)
+        self.set_header(API_VERSION_HEADER, served_version(asked))
         declared = self.request.headers.get("Content-Length", "")
         if declared.isdigit() and int(declared) > limit:
             raise LimitExceeded(
