@@ -145,7 +145,7 @@ def katib_cluster(katib_binaries: KatibBinaries) -> Iterator[KatibCluster]:
     ):
         hosts = hosts_file(cluster.workdir / "katib")
         start_deployment_controllers(cluster)
-        start_suggestion_service(cluster, suggestion)
+        service = start_suggestion_service(cluster, suggestion)
         start_katib(cluster, katib_binaries, hosts)
         trials = "katib-trials"
         cluster.create_namespace(trials)
@@ -153,7 +153,7 @@ def katib_cluster(katib_binaries: KatibBinaries) -> Iterator[KatibCluster]:
             trials, {"metadata": {"labels": INJECTION_LABELS}}
         )
         start_training_operator(cluster, cluster.binaries.training_operator, trials)
-        yield KatibCluster(cluster, katib_binaries, hosts, trials)
+        yield KatibCluster(cluster, katib_binaries, hosts, trials, service)
 
 
 @pytest.fixture(scope="session")

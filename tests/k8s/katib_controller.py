@@ -22,8 +22,12 @@ Differences from an install, and why:
   and the controller runs in a mount namespace of its own whose /etc/hosts
   (`KatibCluster.hosts`) sends that name to 127.0.0.1 (`resolve_to_loopback`), there being no
   cluster DNS. The service listens on the port compiled into it, so one at a time per machine.
-- Only `grid` runs trials: `random` is served by Katib's hyperopt image, whose requirements
-  (scikit-learn, scipy, forestci, ...) are not installed here.
+- Only `grid` and `tpe` run trials (`tpe` on the Optuna service's TPE, where Katib's config
+  names its hyperopt image): `random` and `tpe` are served by Katib's hyperopt image and
+  `bayesianoptimization` by its scikit-optimize one, whose requirements (scikit-learn, scipy,
+  forestci, ...) are not installed here. The service keeps one study per process, as one
+  Deployment per Experiment does: tests that run trials start it afresh
+  (`fresh_suggestion_service`).
 """
 
 from __future__ import annotations
@@ -90,6 +94,7 @@ class KatibCluster:
     katib: KatibBinaries
     hosts: Path  # the controller's /etc/hosts
     trials: str  # a namespace labelled for Katib, whose jobs the Training Operator runs
+    suggestion: Component  # the one suggestion service (fresh_suggestion_service)
 
 
 def start_katib(cluster: KubeCluster, katib: KatibBinaries, hosts: Path) -> Component:
@@ -173,6 +178,15 @@ def start_suggestion_service(cluster: KubeCluster, suggestion: Path) -> Componen
         lambda: listening(SUGGESTION_PORT),
         env=env,
     )
+
+
+def fresh_suggestion_service(katib: KatibCluster) -> None:
+    """The suggestion service started again, with no study: Katib gives each Experiment a
+    Deployment of its own, and the service keeps one study per process (the tier's one
+    process would otherwise answer a second Experiment from the first one's)."""
+    katib.suggestion.stop()
+    katib.suggestion.start()
+    katib.suggestion.wait_ready(lambda: listening(SUGGESTION_PORT), 60)
 
 
 def listening(port: int) -> bool:

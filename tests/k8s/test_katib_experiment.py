@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import secrets
 import time
@@ -53,6 +54,7 @@ from .controller_builds import KatibBinaries
 from .katib_controller import (
     KatibCluster,
     collected_metrics,
+    fresh_suggestion_service,
     resolve_to_loopback,
     strict_decode_errors,
 )
@@ -228,6 +230,7 @@ async def test_a_grid_sweep_runs_its_first_trials_as_pytorchjobs_holding_their_p
     katib_admin: Any, katib_cluster: KatibCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     namespace, api = katib_cluster.trials, katib_admin
+    fresh_suggestion_service(katib_cluster)
     name = jobids.new_job_id("grid")
     # Katib's controller reaches the suggestion service at <experiment>-<algorithm>.<ns>.
     resolve_to_loopback(katib_cluster.hosts, f"{name}-grid.{namespace}")
@@ -305,6 +308,89 @@ async def test_a_grid_sweep_runs_its_first_trials_as_pytorchjobs_holding_their_p
     assert [c.name for c in replicas["worker-0"].spec.containers] == ["pytorch"]
 
     await custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", name)
+
+
+MODEL = SweepSpec(
+    (Param("lr", LogUniform(1e-4, 1e-1)), Param("opt", Choice(("adam", "sgd")))),
+    search="tpe",
+    trials=8,
+    parallel=2,
+    objective=Objective("loss", "min"),
+    seed=11,
+)
+
+
+@pytest.mark.parametrize(
+    ("search", "algorithm", "settings"),
+    [
+        ("tpe", "tpe", [{"name": "random_state", "value": "11"}]),
+        (
+            "bayes",
+            "bayesianoptimization",
+            [{"name": "random_state", "value": "11"}, {"name": "n_initial_points", "value": "3"}],
+        ),
+    ],
+)
+async def test_a_model_search_becomes_katibs_suggestion_of_its_algorithm(
+    katib_admin: Any,
+    katib_cluster: KatibCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    search: str,
+    algorithm: str,
+    settings: list[dict[str, str]],
+) -> None:
+    """tpe and bayes, accepted by Katib's webhooks and reconciled into a Suggestion of Katib's
+    algorithm with distrun's settings. A tpe one runs its first trials: the tier's suggestion
+    service is Katib's Optuna one, whose TPE stands in for the hyperopt image Katib's config
+    names for `tpe` (both are TPE; the hyperopt and scikit-optimize images' requirements are
+    not installed here, so no bayes trial runs)."""
+    namespace, api = katib_cluster.trials, katib_admin
+    fresh_suggestion_service(katib_cluster)
+    name = jobids.new_job_id(search)
+    resolve_to_loopback(katib_cluster.hosts, f"{name}-{algorithm}.{namespace}")
+    sweep = dataclasses.replace(MODEL, search=search)
+    engine = KubeflowEngine(api_client=api, namespace=namespace)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(jobids, "new_job_id", lambda _name: name)
+            created = await engine.submit_experiment(TEMPLATE, sweep, "alice")
+    finally:
+        await engine.close()
+    assert created["spec"]["algorithm"] == {
+        "algorithmName": algorithm,
+        "algorithmSettings": settings,
+    }
+    custom = client.CustomObjectsApi(api)
+
+    async def suggestion() -> Any:
+        try:
+            return await custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, "suggestions", name
+            )
+        except client.exceptions.ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    try:
+        made = await eventually(suggestion, f"the {search} Experiment's Suggestion")
+        assert made["spec"]["algorithm"] == created["spec"]["algorithm"]
+        if search != "tpe":
+            return
+        selector = f"katib.kubeflow.org/experiment={name}"
+
+        async def two_trials() -> list[Any]:
+            listed = await custom.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, "trials", label_selector=selector
+            )
+            return listed["items"] if len(listed["items"]) >= 2 else []
+
+        trials = await eventually(two_trials, "Katib's TPE to propose the first two trials")
+        for trial in trials:
+            assigned = {a["name"]: a["value"] for a in trial["spec"]["parameterAssignments"]}
+            assert 1e-4 <= float(assigned["lr"]) <= 1e-1 and assigned["opt"] in ("adam", "sgd")
+    finally:
+        await custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", name)
 
 
 def broken(namespace: str, breaks: str) -> dict[str, Any]:
