@@ -83,6 +83,16 @@ function printer(rate, seconds) {
 const FIRST_LINE_CELL =
   '%framework=pytorch\n%worker=2\nimport os\nprint("rank", os.environ["RANK"], flush=True)';
 const PAUSE_MS = 1000;
+// Each run of the distrun cell is one of these: its first run (no output yet) or a run again
+// over the previous run's output, by the toolbar button or by Shift+Alt+Enter.
+const runKind = (way, again) =>
+  `${again ? 'again' : 'first'} by ${way === 'button' ? 'button' : 'key'}`;
+const RUN_KINDS = [
+  runKind('button', false),
+  runKind('key', false),
+  runKind('button', true),
+  runKind('key', true)
+];
 const PLAIN_FIRST_LINE_CELL = 'print("rank", 0, flush=True)';
 const FLOOD_CELL = `%framework=generic\n%worker=1\n${printer(RATE, SECONDS)}`;
 const PLAIN_CELL = printer(RATE, SECONDS);
@@ -97,10 +107,11 @@ function percentile(sorted, p) {
 }
 
 function median(values) {
-  return percentile(
-    [...values].sort((a, b) => a - b),
-    50
-  );
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2
+    ? sorted[middle]
+    : (sorted[middle - 1] + sorted[middle]) / 2;
 }
 
 const ms = value => (Number.isFinite(value) ? `${value.toFixed(1)} ms` : 'n/a');
@@ -194,70 +205,115 @@ async function newNotebook(page) {
   );
 }
 
-async function setCell(page, source) {
-  await page.evaluate(text => {
-    const notebook = window.jupyterapp.shell.currentWidget.content;
-    notebook.activeCellIndex = 0;
-    notebook.activeCell.model.outputs.clear();
-    notebook.activeCell.model.sharedModel.setSource(text);
-  }, source);
+async function setCell(page, source, index = 0) {
+  await page.evaluate(
+    ({ text, index }) => {
+      const notebook = window.jupyterapp.shell.currentWidget.content;
+      if (notebook.widgets.length <= index) {
+        notebook.model.sharedModel.insertCell(index, {
+          cell_type: 'code',
+          source: ''
+        });
+      }
+      notebook.activeCellIndex = index;
+      notebook.activeCell.model.outputs.clear();
+      notebook.activeCell.model.sharedModel.setSource(text);
+    },
+    { text: source, index }
+  );
 }
 
-/** Click on the toolbar's Run distributed -> first `.jp-distrun-line` in the cell, in ms. */
-async function clickToFirstLine(page) {
-  await setCell(page, FIRST_LINE_CELL);
-  const button = page.locator(
-    '.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]'
-  );
-  await page.evaluate(() => {
-    window.__firstLine = new Promise(resolve => {
-      const cell =
-        window.jupyterapp.shell.currentWidget.content.activeCell.node;
-      const button = document.querySelector(
-        '.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]'
-      );
-      let clicked = 0;
-      // The toolbar runs its command on mousedown, before the click event.
-      button.addEventListener(
-        'mousedown',
-        () => (clicked = performance.now()),
-        {
-          capture: true,
-          once: true
-        }
-      );
-      const observer = new MutationObserver(() => {
-        if (clicked && cell.querySelector('.jp-distrun-line')) {
-          // The frame the line is painted in.
-          const seen = performance.now();
-          requestAnimationFrame(() =>
-            resolve({ seen, painted: performance.now(), clicked })
-          );
-          observer.disconnect();
-        }
+/**
+ * Runs the distrun cell (the notebook's first) by `way` -> the first `.jp-distrun-line` of the
+ * new job painted, in ms from the input event: 'button' (a mousedown on the toolbar's Run
+ * distributed, which acts on mousedown) or 'key' (Shift+Alt+Enter). The cell is left as it is:
+ * unchanged, with the previous run's output still shown unless `fresh`, which clears it first.
+ */
+async function runToFirstLine(page, way, { fresh = false } = {}) {
+  await page.evaluate(
+    ({ fresh, way }) => {
+      const notebook = window.jupyterapp.shell.currentWidget.content;
+      notebook.activeCellIndex = 0;
+      notebook.mode = 'command';
+      notebook.node.focus();
+      const cell = notebook.activeCell;
+      if (fresh) {
+        cell.model.outputs.clear();
+      }
+      const previous = cell.node.querySelector('[data-test-id="distrun-job"]')
+        ?.dataset.jobId;
+      window.__firstLine = new Promise(resolve => {
+        let input = 0;
+        const target =
+          way === 'button'
+            ? document.querySelector(
+                '.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]'
+              )
+            : document;
+        const onInput = event => {
+          if (
+            way === 'button' ||
+            (event.key === 'Enter' && event.shiftKey && event.altKey)
+          ) {
+            input = performance.now();
+            target.removeEventListener(event.type, onInput, { capture: true });
+          }
+        };
+        target.addEventListener(
+          way === 'button' ? 'mousedown' : 'keydown',
+          onInput,
+          {
+            capture: true
+          }
+        );
+        const observer = new MutationObserver(() => {
+          const view = [
+            ...cell.node.querySelectorAll('[data-test-id="distrun-job"]')
+          ].find(node => node.dataset.jobId !== previous);
+          if (input && view?.querySelector('.jp-distrun-line')) {
+            // The frame the line is painted in.
+            requestAnimationFrame(() =>
+              resolve({
+                painted: performance.now(),
+                input,
+                jobId: view.dataset.jobId
+              })
+            );
+            observer.disconnect();
+          }
+        });
+        observer.observe(cell.node, { childList: true, subtree: true });
       });
-      observer.observe(cell, { childList: true, subtree: true });
-    });
-  });
+    },
+    { fresh, way }
+  );
   await page.evaluate(() => performance.clearResourceTimings());
-  await button.click();
-  const { painted, clicked } = await page.evaluate(() => window.__firstLine);
+  if (way === 'button') {
+    await page
+      .locator('.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]')
+      .click();
+  } else {
+    await page.keyboard.press('Shift+Alt+Enter');
+  }
+  const { painted, input, jobId } = await page.evaluate(
+    () => window.__firstLine
+  );
   await page.waitForSelector(
-    '.jp-Cell.jp-mod-active [data-test-id="distrun-job-status"][data-state="succeeded"]',
+    `[data-job-id="${jobId}"] [data-test-id="distrun-job-status"][data-state="succeeded"]`,
     { timeout: 60_000 }
   );
   return {
-    total: painted - clicked,
-    stages: await stagesOf(page, clicked, painted)
+    total: painted - input,
+    stages: await stagesOf(page, input, painted)
   };
 }
 
 /**
- * Where one click's time went, in ms from the click: the extension's marks (common/trace.ts),
+ * Where one run's time went, in ms from its input event: the extension's marks (common/trace.ts),
  * the POST's Server-Timing, and the job's own records on the server (the supervisor's start,
  * the first line's capture time), all on this machine's clock.
  */
-async function stagesOf(page, clicked, painted) {
+async function stagesOf(page, input, painted) {
   const seen = await page.evaluate(() => {
     const mark = name => {
       const entries = performance.getEntriesByName(`distrun:${name}`);
@@ -287,18 +343,18 @@ async function stagesOf(page, clicked, painted) {
     ).json();
   const job = await api('');
   const logs = await api('/logs', '&format=json');
-  // Epoch seconds on the server -> ms after the click on the page's clock.
-  const fromClick = epochSeconds => epochSeconds * 1000 - seen.origin - clicked;
+  // Epoch seconds on the server -> ms after the input on the page's clock.
+  const fromInput = epochSeconds => epochSeconds * 1000 - seen.origin - input;
   return {
-    'click -> POST sent': seen.submit - clicked,
+    'input -> POST sent': seen.submit - input,
     'POST -> answer': seen.submitted - seen.submit,
     '  of it: server, the cell to a spec': seen.server.spec,
     '  of it: server, engine submit': seen.server.submit,
     'answer -> log stream open': seen.open - seen.submitted,
-    'supervisor started the replicas (after the click)': fromClick(
+    'supervisor started the replicas (after the input)': fromInput(
       job.started_at
     ),
-    'first line captured (after the click)': fromClick(
+    'first line captured (after the input)': fromInput(
       Math.min(...logs.lines.map(line => line[2]))
     ),
     'stream open -> first lines received': seen.lines - seen.open,
@@ -317,7 +373,8 @@ function printStages(title, runs) {
 
 /** Ctrl+Enter on a plain cell -> its first output line painted, in ms. */
 async function plainCellToOutput(page) {
-  await setCell(page, PLAIN_FIRST_LINE_CELL);
+  // The notebook's second cell: the first, the distrun cell, stays as it is.
+  await setCell(page, PLAIN_FIRST_LINE_CELL, 1);
   await page.evaluate(() => {
     window.__plainLine = new Promise(resolve => {
       const cell =
@@ -457,39 +514,55 @@ async function main() {
         `a busy machine: ${burners.length} CPU-bound processes at nice 0`
       );
     }
-    const coldRun = await clickToFirstLine(page);
-    const cold = coldRun.total;
-    const latencies = [];
-    const warmStages = [];
+    await setCell(page, FIRST_LINE_CELL);
+    const coldRun = await runToFirstLine(page, 'button');
     const plainRuns = [];
-    for (let i = 0; i < RUNS; i++) {
+    const runs = Object.fromEntries(RUN_KINDS.map(kind => [kind, []]));
+    for (let round = 0; round < RUNS; round++) {
       plainRuns.push(await plainCellToOutput(page));
-      // A person's pause before the next run (the server prepares the next job meanwhile).
-      await page.waitForTimeout(PAUSE_MS);
-      const run = await clickToFirstLine(page);
-      latencies.push(run.total);
-      warmStages.push(run.stages);
+      // The same cell, unchanged, run three times in a row: first on a cell without output,
+      // then again over the previous run's output; by button then key, or key then button.
+      const [one, other] = round % 2 ? ['key', 'button'] : ['button', 'key'];
+      for (const [way, again] of [
+        [one, false],
+        [one, true],
+        [other, true]
+      ]) {
+        // A person's pause before each run (the server prepares the next job meanwhile).
+        await page.waitForTimeout(PAUSE_MS);
+        const run = await runToFirstLine(page, way, { fresh: !again });
+        runs[runKind(way, again)].push(run);
+      }
     }
     const spread = values => {
       const sorted = [...values].sort((a, b) => a - b);
       return `median ${ms(median(values))}, min ${ms(sorted[0])}, max ${ms(sorted[sorted.length - 1])}`;
     };
+    const plainMedian = median(plainRuns);
     console.log(
       `plain cell, Ctrl+Enter -> output painted: ${spread(plainRuns)} (${RUNS} runs)`
     );
     console.log(
-      `click on Run distributed (3 replicas) -> first log line painted: warm ${spread(latencies)} ` +
-        `(${RUNS} runs), cold (the first run after the server started) ${ms(cold)}`
+      `Run distributed (3 replicas), the same unchanged cell -> first log line painted, from the input event:`
     );
+    for (const kind of RUN_KINDS) {
+      const totals = runs[kind].map(run => run.total);
+      console.log(
+        `  ${kind.padEnd(36)} ${spread(totals)} (${totals.length} runs): ` +
+          `${(median(totals) / plainMedian).toFixed(2)}x the plain cell`
+      );
+    }
     console.log(
-      `warm / plain cell: ${(median(latencies) / median(plainRuns)).toFixed(2)}x; ` +
-        `cold - warm: ${ms(cold - median(latencies))}`
+      `  cold (the server's first job, by button) ${ms(coldRun.total)}: ` +
+        `${(coldRun.total / plainMedian).toFixed(2)}x the plain cell`
     );
-    printStages(
-      `where the warm click's time went (medians of ${RUNS}):`,
-      warmStages
-    );
-    printStages("where the cold click's time went:", [coldRun.stages]);
+    for (const kind of RUN_KINDS) {
+      printStages(
+        `where the time of a run ${kind} went (medians of ${runs[kind].length}):`,
+        runs[kind].map(run => run.stages)
+      );
+    }
+    printStages("where the cold run's time went:", [coldRun.stages]);
     burners.forEach(burner => burner.kill());
     if (opts['first-line-only']) {
       return;

@@ -97,6 +97,47 @@ test.describe('Run distributed', () => {
     await expect(job.locator('[data-test-id="distrun-job-stop"]')).toBeHidden();
   });
 
+  test('running the unchanged cell again replaces its job output with the new job', async ({
+    page,
+    request
+  }) => {
+    expect(
+      await serverExtensionPresent(request),
+      'needs the distrun server extension and its local engine'
+    ).toBe(true);
+    await runFirstCell(page, TWO_WORKERS);
+    const jobs = page
+      .locator('.jp-Cell')
+      .first()
+      .locator('[data-test-id="distrun-job"]');
+    const seen: string[] = [];
+    for (const again of ['button', 'key']) {
+      await expect(
+        jobs.locator('[data-test-id="distrun-job-status"]')
+      ).toHaveAttribute('data-state', 'succeeded', { timeout: 60_000 });
+      seen.push((await jobs.getAttribute('data-job-id'))!);
+      if (again === 'button') {
+        await page.locator(RUN_BUTTON).click();
+      } else {
+        await page.notebook.selectCells(0);
+        await page.keyboard.press('Shift+Alt+Enter');
+      }
+      // One output, the new job's, whatever the order the old one went and the answer came.
+      await expect(jobs).toHaveCount(1);
+      await expect(jobs).not.toHaveAttribute(
+        'data-job-id',
+        seen[seen.length - 1]
+      );
+    }
+    await expect(
+      jobs.locator('[data-test-id="distrun-job-status"]')
+    ).toHaveAttribute('data-state', 'succeeded', { timeout: 60_000 });
+    await expect(
+      jobs.locator('[data-test-id="distrun-job-log"]')
+    ).toContainText('worker-1 | hello 2');
+    expect(new Set(seen).size).toBe(2);
+  });
+
   test('after a reload the output reattaches to the job', async ({
     page,
     request,

@@ -82,10 +82,13 @@ export async function runCellDistributed(
     body.overrides = overrides;
   }
   const outputs = target.model.outputs;
+  traceMark('submit');
+  // The request is on its way before the previous run's output is taken down (its view
+  // disposed, the cell laid out again): run again, that work overlaps the round trip.
+  const submitted = submitCell(body);
   outputs.clear();
   try {
-    traceMark('submit');
-    const job = await submitCell(body);
+    const job = await submitted;
     traceMark('submitted', job.id);
     outputs.add(jobOutput(job));
     return { job };
