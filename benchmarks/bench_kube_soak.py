@@ -24,7 +24,9 @@ same running jobs, one phase after another, each `--phase-seconds` long:
             stream per replica, exactly as one `follow` did then;
   2 servers two distrun servers (two hub users' servers), half the viewers each.
 
-For each: the pod-log streams and watches open at the API server in mid-phase
+Each phase is measured once its viewers have connected and caught up (every viewer has, of
+each replica, the line written as the phase began; WARM_UP_LIMIT at most): the steady state.
+What getting there took (seconds, requests) is printed apart. For each: the pod-log streams and watches open at the API server in mid-phase
 (`apiserver_longrunning_requests`) and the requests it served during the phase
 (`apiserver_request_total`), per minute, less the quiet phase's. Every viewer checks every line
 (seqs gap-free from where it started, each text the line written). For the shared server: its
@@ -78,7 +80,8 @@ from distrun.core.spec import JobSpec, Limits
 from distrun.engines.kube.kubeflow import KubeflowEngine
 
 PODS_PER_NODE = 100
-WARM_UP = 5.0  # seconds for a phase's viewers to connect and catch up before measuring
+WARM_UP = 5.0  # seconds for a phase's viewers to connect and catch up before measuring, at least
+WARM_UP_LIMIT = 180.0  # seconds, at most: measured from then on, caught up or not
 NAMESPACE = user_namespace("alice")
 STREAM_PATH = ("distrun", "jobs", "{}", "logs", "stream")
 
@@ -251,6 +254,7 @@ class PhaseResult:
     errors: list[str]
     refused: int = 0  # viewers the server refused (each error says why)
     busiest: list[tuple[str, int]] = field(default_factory=list)
+    warm_up: tuple[float, int, int] = (0.0, 0, 0)  # seconds, requests less quiet's, caught up
     lag: tuple[float, float] | None = None  # p99, max
     rss_mib: list[float] = field(default_factory=list)  # at the start, middle and end
     pods: int = 0
@@ -267,8 +271,9 @@ async def phase(
     quiet: float,
     server: DistrunServer | None = None,
     lag_file: Path | None = None,
+    jobs: Jobs | None = None,
 ) -> PhaseResult:
-    """The API server's load over `seconds` while `viewers` follow (after a warm-up), and the
+    """The API server's load over `seconds` while `viewers` follow (after `warm_up`), and the
     RSS of `server` at the start, middle and end, and its event-loop lag while measured."""
     rss: list[float] = []
 
@@ -277,11 +282,15 @@ async def phase(
             rss.append(server.process.memory_kib("VmRSS") / 1024)
 
     stop = asyncio.Event()
+    before = await apiserver_load(admin)
+    warm_began = time.monotonic()
     tasks = [asyncio.create_task(start(viewer, stop)) for viewer, start in viewers]
     try:
-        await asyncio.sleep(WARM_UP)  # connected and caught up
+        caught_up = await warm_up([viewer for viewer, _ in viewers], jobs)
         since = time.time()
         start = await apiserver_load(admin)
+        warm_seconds = time.monotonic() - warm_began
+        warm_requests = start.requests_since(before) - quiet * warm_seconds / 60
         sample()
         received = sum(viewer.received for viewer, _ in viewers)
         began = time.monotonic()
@@ -307,9 +316,28 @@ async def phase(
         errors,
         refused=sum(viewer.refused for viewer, _ in viewers),
         busiest=end.busiest_since(start),
+        warm_up=(warm_seconds, round(warm_requests), caught_up),
         lag=None if lag_file is None else lag_figures(lag_file, since),
         rss_mib=rss,
     )
+
+
+async def warm_up(viewers: list[Viewer], jobs: Jobs | None) -> int:
+    """Until every viewer has, of each replica of its job, the line written as the phase began
+    (connected and caught up: what is measured after is the steady state, what it cost to get
+    there is reported apart), at least WARM_UP seconds, at most WARM_UP_LIMIT; how many had."""
+    targets = {} if jobs is None else dict(jobs.written)
+
+    def caught_up(viewer: Viewer) -> bool:
+        assert jobs is not None
+        target = targets.get(viewer.job_id, 0)
+        return all(viewer.next_seq.get(r, 0) >= target for r in jobs.logs[viewer.job_id])
+
+    began = time.monotonic()
+    await asyncio.sleep(WARM_UP)
+    while time.monotonic() - began < WARM_UP_LIMIT and not all(map(caught_up, viewers)):
+        await asyncio.sleep(1.0)
+    return sum(map(caught_up, viewers))
 
 
 def on_server(server: DistrunServer) -> Starter:
@@ -357,12 +385,13 @@ async def shared_phases(
     many = [(Viewer(job), on_server(server)) for job in jobs.ids for _ in range(args.viewers)]
     shared = await phase(
         f"shared, {args.viewers} viewers a job", admin, args.phase_seconds, many, quiet_rate,
-        server, lag_file,
+        server, lag_file, jobs,
     )  # fmt: skip
     one_each = [(Viewer(job), on_server(server)) for job in jobs.ids]
     single = await phase(
-        "shared, 1 viewer a job", admin, args.phase_seconds, one_each, quiet_rate, server, lag_file
-    )
+        "shared, 1 viewer a job", admin, args.phase_seconds, one_each, quiet_rate, server, lag_file,
+        jobs,
+    )  # fmt: skip
     return [shared, single]
 
 
@@ -387,7 +416,7 @@ async def run_phases(
             for job in jobs.ids
             for index in range(args.viewers)
         ]
-        results.append(await phase("2 servers", admin, seconds, halves, quiet_rate))
+        results.append(await phase("2 servers", admin, seconds, halves, quiet_rate, jobs=jobs))
     finally:
         await asyncio.to_thread(first.stop)
         await asyncio.to_thread(second.stop)
@@ -430,8 +459,9 @@ async def naive_phase(
     ]
     try:
         return await phase(
-            "naive (a follow per viewer)", admin, args.phase_seconds, viewers, quiet_rate
-        )
+            "naive (a follow per viewer)", admin, args.phase_seconds, viewers, quiet_rate,
+            jobs=jobs,
+        )  # fmt: skip
     finally:
         await asyncio.gather(*(engine.close() for engine in engines))
 
@@ -466,6 +496,15 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
             f"{len(result.errors) - result.refused:>8} {result.refused:>7} {lag:>15} {rss:>13}"
         )
     print("  * pod and PyTorchJob watches open, the operator's and kwok's included (every phase)")
+    print(f"  measured once every viewer had caught up (or after {WARM_UP_LIMIT:.0f} s); before:")
+    for result in results:
+        if result.viewers:
+            seconds, requests, caught_up = result.warm_up
+            print(
+                f"  warm-up of {result.name} at {result.pods} pods: {seconds:.0f} s, "
+                f"{requests:,} requests beyond the cluster's own, "
+                f"{caught_up} of {result.viewers} viewers caught up"
+            )
     print("  lag: the shared server's event loop (a 10 ms sleep's overshoot; bound 100 ms)")
     for result in results:
         served = ", ".join(f"{kind} {count}" for kind, count in result.busiest)
