@@ -180,6 +180,21 @@ async def test_every_resource_answers_each_version_it_serves_and_refuses_others_
     assert len(jobs) == (1 + len(asked) if method == "POST" and path == "distrun/jobs" else 1)
 
 
+async def test_an_anonymous_request_is_refused_as_such_whatever_version_it_asks_for(
+    current_server: ServerProcess,
+) -> None:
+    from tornado.httpclient import AsyncHTTPClient
+
+    for version in ["2", REST_V1]:
+        response = await AsyncHTTPClient().fetch(
+            current_server.url_of("distrun/jobs"),
+            headers={API_VERSION_HEADER: version},
+            raise_error=False,
+        )
+        assert response.code == 403, response.body
+        assert API_VERSION_HEADER not in response.headers
+
+
 async def request(
     server: ServerProcess, method: str, path: str, body: Any, headers: dict[str, str]
 ) -> tuple[int, Any, str | None]:

@@ -115,8 +115,10 @@ class DistrunHandler(ExtensionHandlerMixin, DomainErrorHandler):
         limit_body_size(self.request, limit)
         await super().prepare()
         # Before the body: a client that cannot read the answer should not have it acted on.
-        asked = self.request.headers.get(API_VERSION_HEADER)
-        self.set_header(API_VERSION_HEADER, served_version(asked))
+        # An anonymous request is refused by @web.authenticated first, whatever it asks for.
+        if self.current_user:
+            asked = self.request.headers.get(API_VERSION_HEADER)
+            self.set_header(API_VERSION_HEADER, served_version(asked))
         declared = self.request.headers.get("Content-Length", "")
         if declared.isdigit() and int(declared) > limit:
             raise LimitExceeded(
