@@ -6,9 +6,11 @@ The tests run in this order and share one deployment (conftest.py); the last one
 logs everything before it left.
 """
 
+import contextlib
 import re
 import time
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -46,6 +48,22 @@ def ended(job_url: str, token: str) -> dict | None:
 def remember_secrets(hub: HubDeployment, *tokens: str) -> None:
     SECRETS.update(hub.secrets_in_use())
     SECRETS.update({f"issued-{i}-{t[:4]}": t for i, t in enumerate(tokens)})
+
+
+@contextlib.contextmanager
+def lab_of(hub: HubDeployment, browser: Browser, user: str) -> Iterator[tuple[Page, str, str]]:
+    """The user's server spawned, their JupyterLab open in a browser context of its own, their
+    API token and server URL; afterwards the secrets it held are remembered and the context
+    closed."""
+    url = hub.spawn(user)
+    token = hub.token(user)
+    page = log_in(browser, hub, user)
+    open_lab(page, hub, user)
+    try:
+        yield page, token, url
+    finally:
+        remember_secrets(hub, token)
+        page.context.close()
 
 
 def open_lab(page: Page, hub: HubDeployment, user: str) -> None:
@@ -109,80 +127,68 @@ def close_notebook_and_its_kernel(page: Page, hub: HubDeployment, user: str, tok
 def test_a_new_notebooks_first_cell_answers_every_time(
     hub: HubDeployment, browser: Browser
 ) -> None:
-    hub.spawn("alice")
-    token = hub.token("alice")
-    page = log_in(browser, hub, "alice")
-    open_lab(page, hub, "alice")
     waited: list[float] = []
-    for attempt in range(NEW_NOTEBOOKS):
-        new_notebook(page)
-        started = time.monotonic()
-        run_cell(page, f"print(6 * 7, {attempt})")
-        output = page.locator(f"{current_notebook(page)} .jp-OutputArea-output").first
-        expect(output, f"new notebook {attempt + 1} of {NEW_NOTEBOOKS}").to_have_text(
-            f"42 {attempt}", timeout=120_000
-        )
-        waited.append(time.monotonic() - started)
-        remember_secrets(hub, token)
-        close_notebook_and_its_kernel(page, hub, "alice", token)
+    with lab_of(hub, browser, "alice") as (page, token, _):
+        for attempt in range(NEW_NOTEBOOKS):
+            new_notebook(page)
+            started = time.monotonic()
+            run_cell(page, f"print(6 * 7, {attempt})")
+            output = page.locator(f"{current_notebook(page)} .jp-OutputArea-output").first
+            expect(output, f"new notebook {attempt + 1} of {NEW_NOTEBOOKS}").to_have_text(
+                f"42 {attempt}", timeout=120_000
+            )
+            waited.append(time.monotonic() - started)
+            remember_secrets(hub, token)
+            close_notebook_and_its_kernel(page, hub, "alice", token)
     print(f"first cell answered in {sorted(waited)[len(waited) // 2]:.2f} s (median), "
           f"{max(waited):.2f} s at most, {NEW_NOTEBOOKS} new notebooks")  # fmt: skip
-    page.context.close()
 
 
 def test_run_distributed_streams_every_replica_and_the_sidebar_lists_the_job(
     hub: HubDeployment, browser: Browser
 ) -> None:
-    hub.spawn("alice")
-    token = hub.token("alice")
-    page = log_in(browser, hub, "alice")
-    open_lab(page, hub, "alice")
-    new_notebook(page)
-    notebook = current_notebook(page)
-    type_into_first_cell(page, TWO_WORKERS)
+    with lab_of(hub, browser, "alice") as (page, token, _):
+        new_notebook(page)
+        notebook = current_notebook(page)
+        type_into_first_cell(page, TWO_WORKERS)
 
-    page.locator(f'{notebook} .jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]').click()
+        toolbar = f"{notebook} .jp-NotebookPanel-toolbar"
+        page.locator(f'{toolbar} [data-command="distrun:run-cell"]').click()
 
-    job = page.locator(f'{notebook} .jp-Cell >> nth=0 >> [data-test-id="distrun-job"]')
-    status = job.locator('[data-test-id="distrun-job-status"]')
-    expect(status).to_have_attribute("data-state", "succeeded", timeout=120_000)
-    log = job.locator('[data-test-id="distrun-job-log"]')
-    for replica in ("worker-0", "worker-1"):
-        expect(log).to_contain_text(f"{replica} | hello from {replica}")
-    job_id = job.get_attribute("data-job-id")
-    assert job_id
-    page.locator('.jp-SideBar [data-id="distrun-jobs"]').click()
-    expect(
-        page.locator(f'#distrun-jobs .jp-distrun-JobCard[data-job-id="{job_id}"]')
-    ).to_be_visible()
-    status_code, listed = http(f"{hub.url}/user/alice/distrun/jobs/{job_id}", token=token)
-    assert status_code == 200 and listed["owner"] == "alice", listed
-    remember_secrets(hub, token)
-    close_notebook_and_its_kernel(page, hub, "alice", token)
-    page.context.close()
+        job = page.locator(f'{notebook} .jp-Cell >> nth=0 >> [data-test-id="distrun-job"]')
+        status = job.locator('[data-test-id="distrun-job-status"]')
+        expect(status).to_have_attribute("data-state", "succeeded", timeout=120_000)
+        log = job.locator('[data-test-id="distrun-job-log"]')
+        for replica in ("worker-0", "worker-1"):
+            expect(log).to_contain_text(f"{replica} | hello from {replica}")
+        job_id = job.get_attribute("data-job-id")
+        assert job_id
+        page.locator('.jp-SideBar [data-id="distrun-jobs"]').click()
+        expect(
+            page.locator(f'#distrun-jobs .jp-distrun-JobCard[data-job-id="{job_id}"]')
+        ).to_be_visible()
+        status_code, listed = http(f"{hub.url}/user/alice/distrun/jobs/{job_id}", token=token)
+        assert status_code == 200 and listed["owner"] == "alice", listed
+        close_notebook_and_its_kernel(page, hub, "alice", token)
 
 
 def test_the_kernel_magic_in_a_remote_kernel_runs_the_job_through_the_users_server(
     hub: HubDeployment, browser: Browser
 ) -> None:
-    hub.spawn("alice")
-    token = hub.token("alice")
-    page = log_in(browser, hub, "alice")
-    open_lab(page, hub, "alice")
-    new_notebook(page)
+    with lab_of(hub, browser, "alice") as (page, token, _):
+        new_notebook(page)
 
-    run_cell(page, MAGIC)
+        run_cell(page, MAGIC)
 
-    output = page.locator(f"{current_notebook(page)} .jp-Cell").first.locator(".jp-OutputArea")
-    for replica in ("worker-0", "worker-1"):
-        expect(output).to_contain_text(f"{replica} | magic from {replica}", timeout=120_000)
-    job_id = re.search(r"submitted job (\S+)", output.inner_text())
-    assert job_id, output.inner_text()
-    status, job = http(f"{hub.url}/user/alice/distrun/jobs/{job_id.group(1)}", token=token)
-    assert status == 200 and job["owner"] == "alice", job
-    remember_secrets(hub, token)
-    close_notebook_and_its_kernel(page, hub, "alice", token)
-    page.context.close()
+        cell = page.locator(f"{current_notebook(page)} .jp-Cell").first
+        output = cell.locator(".jp-OutputArea")
+        for replica in ("worker-0", "worker-1"):
+            expect(output).to_contain_text(f"{replica} | magic from {replica}", timeout=120_000)
+        job_id = re.search(r"submitted job (\S+)", output.inner_text())
+        assert job_id, output.inner_text()
+        status, job = http(f"{hub.url}/user/alice/distrun/jobs/{job_id.group(1)}", token=token)
+        assert status == 200 and job["owner"] == "alice", job
+        close_notebook_and_its_kernel(page, hub, "alice", token)
 
 
 def test_another_user_sees_and_reaches_nothing_of_alices_with_everything_bob_is_given(
@@ -242,20 +248,14 @@ SUBMIT_FROM_THE_PAGE = """async ([url, cell]) => {
 def test_jobs_belong_to_the_hub_user_in_both_single_user_modes(
     hub: HubDeployment, browser: Browser, user: str
 ) -> None:
-    url = hub.spawn(user)
-    token = hub.token(user)
-    page = log_in(browser, hub, user)
-    open_lab(page, hub, user)
     cell = f"%framework=generic\n%name=owner-{uuid.uuid4().hex[:6]}\nprint(1)"
+    with lab_of(hub, browser, user) as (page, token, url):
+        status, job = page.evaluate(SUBMIT_FROM_THE_PAGE, [url + "distrun/jobs", cell])
 
-    status, job = page.evaluate(SUBMIT_FROM_THE_PAGE, [url + "distrun/jobs", cell])
-
-    assert status == 201, job
-    assert job["owner"] == user
-    status, listed = http(url + "distrun/jobs", token=token)
-    assert status == 200 and job["id"] in {j["id"] for j in listed["jobs"]}
-    remember_secrets(hub, token)
-    page.context.close()
+        assert status == 201, job
+        assert job["owner"] == user
+        status, listed = http(url + "distrun/jobs", token=token)
+        assert status == 200 and job["id"] in {j["id"] for j in listed["jobs"]}
 
 
 def test_no_token_of_any_user_appears_in_any_log(hub: HubDeployment) -> None:
