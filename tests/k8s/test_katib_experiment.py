@@ -134,6 +134,24 @@ async def refusal(api: Any, namespace: str, experiment: dict[str, Any]) -> str:
     return message
 
 
+async def custom_or_none(
+    api: Any,
+    namespace: str,
+    plural: str,
+    name: str,
+    group_version: tuple[str, str] = (GROUP, VERSION),
+) -> Any:
+    """The object, or None while there is none."""
+    try:
+        return await client.CustomObjectsApi(api).get_namespaced_custom_object(
+            *group_version, namespace, plural, name
+        )
+    except client.exceptions.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
 async def eventually(check: Any, what: str) -> Any:
     deadline = time.monotonic() + WAIT
     while True:
@@ -195,17 +213,10 @@ async def test_a_pytorch_sweeps_experiment_is_accepted_defaulted_and_reconciled_
 
     await eventually(experiment_created, "Katib's controller to mark the Experiment Created")
 
-    async def suggestion() -> Any:
-        try:
-            return await custom.get_namespaced_custom_object(
-                GROUP, VERSION, katib_namespace, "suggestions", name
-            )
-        except client.exceptions.ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-
-    made = await eventually(suggestion, "the Experiment's Suggestion")
+    made = await eventually(
+        lambda: custom_or_none(kube_admin, katib_namespace, "suggestions", name),
+        "the Experiment's Suggestion",
+    )
     assert made["spec"]["algorithm"]["algorithmName"] == "random"
     assert made["spec"]["earlyStopping"]["algorithmName"] == "medianstop"
 
@@ -261,17 +272,12 @@ async def test_a_grid_sweep_runs_its_first_trials_as_pytorchjobs_holding_their_p
         assert assigned["lr"] in ("0.3", "0.1", "0.03") and assigned["opt"] in ("adam", "sgd")
         points.add((assigned["lr"], assigned["opt"]))
 
-        async def job(trial_name: str = trial_name) -> Any:
-            try:
-                return await custom.get_namespaced_custom_object(
-                    "kubeflow.org", "v1", namespace, "pytorchjobs", trial_name
-                )
-            except client.exceptions.ApiException as error:
-                if error.status == 404:
-                    return None
-                raise
-
-        made = await eventually(job, f"the PyTorchJob of trial {trial_name}")
+        made = await eventually(
+            lambda trial_name=trial_name: custom_or_none(
+                api, namespace, "pytorchjobs", trial_name, group_version=("kubeflow.org", "v1")
+            ),
+            f"the PyTorchJob of trial {trial_name}",
+        )
         assert made["metadata"]["labels"]["app.kubernetes.io/instance"] == trial_name
         for role, replica in made["spec"]["pytorchReplicaSpecs"].items():
             [container] = replica["template"]["spec"]["containers"]
@@ -362,18 +368,11 @@ async def test_a_model_search_becomes_katibs_suggestion_of_its_algorithm(
     }
     custom = client.CustomObjectsApi(api)
 
-    async def suggestion() -> Any:
-        try:
-            return await custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, "suggestions", name
-            )
-        except client.exceptions.ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-
     try:
-        made = await eventually(suggestion, f"the {search} Experiment's Suggestion")
+        made = await eventually(
+            lambda: custom_or_none(api, namespace, "suggestions", name),
+            f"the {search} Experiment's Suggestion",
+        )
         assert made["spec"]["algorithm"] == created["spec"]["algorithm"]
         if search != "tpe":
             return
