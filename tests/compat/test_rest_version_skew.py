@@ -139,6 +139,8 @@ RESOURCES = [
     ("GET", "distrun/jobs", None),
     ("GET", "distrun/jobs/{id}", None),
     ("GET", "distrun/jobs/{id}/logs?format=json", None),
+    ("GET", "distrun/jobs/{id}/usage", None),
+    ("GET", "distrun/metrics?job={id}", None),
     ("POST", "distrun/jobs/{id}/cancel", {}),
     ("POST", "distrun/jobs", {"spec": SPEC.to_dict()}),
 ]
