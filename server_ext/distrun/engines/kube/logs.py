@@ -17,6 +17,7 @@ counted as the lines that were seen of it (none if none).
 import asyncio
 import codecs
 import contextlib
+import copy
 import datetime
 import json
 import logging
@@ -230,6 +231,7 @@ class LedgerStore:
         self.anchors: AnchorBook = {}
         self._unwritten: dict[tuple[str, str], list[Anchor]] = {}
         self._flush: asyncio.Task[None] | None = None
+        self._held: dict[str, Any] | None = None  # the ConfigMap as last read or written here
 
     async def load(self) -> Ledger:
         try:
@@ -242,6 +244,7 @@ class LedgerStore:
         return self.ledger
 
     def _take(self, configmap: dict[str, Any]) -> None:
+        self._held = configmap or None
         self.ledger = read_ledger(configmap)
         annotations = configmap.get("metadata", {}).get("annotations") or {}
         self.anchors = read_book(annotations.get(ANCHORS_ANNOTATION))
@@ -313,16 +316,22 @@ class LedgerStore:
 
     async def _update(self, change: Callable[[dict[str, str]], bool], what: str) -> None:
         """Apply `change` to the ConfigMap's annotations (False: nothing to write), again on a
-        concurrent write; then hold what the API server has."""
+        concurrent write; then hold what the API server has. The first try writes over the
+        copy held here, read again only when another writer came first (a 409): a job's
+        anchors cost one request each time, not a read and a write."""
+        held = copy.deepcopy(self._held) if self._held else None
         for _ in range(_LEDGER_RETRIES):
             try:
-                configmap = await self.api.get(CONFIGMAPS, self.namespace, self.name, what)
+                configmap = held or await self.api.get(CONFIGMAPS, self.namespace, self.name, what)
             except NotFound:
                 return  # the job is being deleted: nobody will ask for seqs any more
+            held = None
             annotations = configmap["metadata"].setdefault("annotations", {})
             if change(annotations):
                 try:  # carries metadata.resourceVersion: a concurrent writer makes this a 409
-                    await self.api.replace(CONFIGMAPS, self.namespace, self.name, configmap, what)
+                    configmap = await self.api.replace(
+                        CONFIGMAPS, self.namespace, self.name, configmap, what
+                    )
                 except Conflict:
                     continue
                 except NotFound:

@@ -1,0 +1,84 @@
+"""engines/kube/logs.py's LedgerStore: what writing a job's anchors costs the API server (a
+fake one: a ConfigMap with optimistic concurrency). At 150 jobs a read before every write was
+half the soak's requests (docs/performance.md, issue 35)."""
+
+import copy
+from typing import Any, cast
+
+from distrun.core.errors import Conflict
+from distrun.engines.kube.anchors import Anchor
+from distrun.engines.kube.client import KubeApi, Resource
+from distrun.engines.kube.logs import LedgerStore
+
+
+class FakeConfigMaps:
+    """One ConfigMap; a replace whose resourceVersion is not the current one is a 409."""
+
+    def __init__(self) -> None:
+        self.obj: dict[str, Any] = {"metadata": {"name": "ledger", "resourceVersion": "1"}}
+        self.calls: list[str] = []
+
+    async def get(self, res: Resource, namespace: str, name: str, what: str) -> dict[str, Any]:
+        self.calls.append("GET")
+        return copy.deepcopy(self.obj)
+
+    async def replace(
+        self, res: Resource, namespace: str, name: str, body: dict[str, Any], what: str
+    ) -> dict[str, Any]:
+        self.calls.append("PUT")
+        if body["metadata"]["resourceVersion"] != self.obj["metadata"]["resourceVersion"]:
+            raise Conflict("the object has been modified")
+        self.write(body["metadata"].get("annotations", {}))
+        return copy.deepcopy(self.obj)
+
+    def write(self, annotations: dict[str, str]) -> None:
+        """As any writer would: the annotations replaced, the version moved on."""
+        version = str(int(self.obj["metadata"]["resourceVersion"]) + 1)
+        self.obj = {"metadata": {**self.obj["metadata"], "resourceVersion": version}}
+        self.obj["metadata"]["annotations"] = copy.deepcopy(annotations)
+
+
+def store(fake: FakeConfigMaps) -> LedgerStore:
+    return LedgerStore(cast(KubeApi, fake), "ns", "ledger")
+
+
+def anchor(index: int) -> Anchor:
+    return Anchor(index, (f"2026-11-26T00:00:{index:02d}Z", 0, index))
+
+
+async def test_anchors_written_after_a_read_cost_one_request_each_not_a_read_and_a_write() -> None:
+    fake = FakeConfigMaps()
+    ledger = store(fake)
+    await ledger.load()
+    for index in range(3):
+        ledger.leave_anchor("worker-0", "pod/uid/0", anchor(index))
+        await ledger.write_anchors()
+    assert fake.calls == ["GET", "PUT", "PUT", "PUT"]
+    kept = store(fake)
+    await kept.load()
+    assert kept.anchors_of("worker-0", "pod/uid/0") == [anchor(0), anchor(1), anchor(2)]
+
+
+async def test_another_writer_first_means_a_read_again_and_both_writes_kept() -> None:
+    fake = FakeConfigMaps()
+    ours, theirs = store(fake), store(fake)
+    await ours.load()
+    await theirs.load()
+    theirs.leave_anchor("worker-1", "pod/uid/0", anchor(5))
+    await theirs.write_anchors()
+    fake.calls.clear()
+    ours.leave_anchor("worker-0", "pod/uid/0", anchor(1))
+    await ours.write_anchors()
+    assert fake.calls == ["PUT", "GET", "PUT"]  # the 409 on the held copy, then as before
+    check = store(fake)
+    await check.load()
+    assert check.anchors_of("worker-1", "pod/uid/0") == [anchor(5)]
+    assert check.anchors_of("worker-0", "pod/uid/0") == [anchor(1)]
+
+
+async def test_a_store_that_never_read_reads_before_it_writes() -> None:
+    fake = FakeConfigMaps()
+    ledger = store(fake)
+    ledger.leave_anchor("worker-0", "pod/uid/0", anchor(1))
+    await ledger.write_anchors()
+    assert fake.calls == ["GET", "PUT"]
