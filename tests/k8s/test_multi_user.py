@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import kubernetes
 import pytest
@@ -158,6 +158,12 @@ class Deployment:
         for namespace in (*self.namespaces.values(), self.hub_namespace):
             self.cluster.delete_namespace(namespace)
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
 
 @pytest.fixture(scope="module")
 def deployment(
@@ -165,9 +171,8 @@ def deployment(
     helm: Path,  # noqa: F811
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Deployment]:
-    deployed = Deployment(kube_cluster, helm, tmp_path_factory.mktemp("profiles"))
-    yield deployed
-    deployed.close()
+    with Deployment(kube_cluster, helm, tmp_path_factory.mktemp("profiles")) as deployed:
+        yield deployed
 
 
 def pod(name: str, **spec: Any) -> dict[str, Any]:

@@ -49,9 +49,8 @@ def deployment(
     helm: Path,  # noqa: F811
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Deployment]:
-    deployed = Deployment(controllers_cluster, helm, tmp_path_factory.mktemp("profiles"))
-    yield deployed
-    deployed.close()
+    with Deployment(controllers_cluster, helm, tmp_path_factory.mktemp("profiles")) as deployed:
+        yield deployed
 
 
 @pytest.fixture
