@@ -68,6 +68,7 @@ class Receiver:
     started_at: float = 0.0
     last_at: float = 0.0
     latencies: list[float] = field(default_factory=list)
+    usage_messages: int = 0  # version 3's, where offered
 
     def receive(self, texts: list[str], now: float) -> None:
         for text in texts:
@@ -89,6 +90,7 @@ class Receiver:
             p50=percentile(self.latencies, 0.50),
             p99=percentile(self.latencies, 0.99),
             lines_per_second=len(self.latencies) / max(self.last_at - self.started_at, 1e-9),
+            usage_messages=self.usage_messages,
         )
 
 
@@ -97,6 +99,7 @@ class Result:
     p50: float
     p99: float
     lines_per_second: float
+    usage_messages: int = 0
 
 
 def replica_env(lines: int, interval: float, start_file: Path) -> dict[str, str]:
@@ -136,8 +139,14 @@ async def through_pipes(lines: int, interval: float, start_file: Path) -> Result
 
 
 async def through_server(
-    server: BenchServer, lines: int, interval: float, start_file: Path, deflate: bool = False
+    server: BenchServer,
+    lines: int,
+    interval: float,
+    start_file: Path,
+    deflate: bool = False,
+    protocols: list[str] | None = None,
 ) -> Result:
+    """The job followed over the websocket, offering `protocols` (default: a client of lines)."""
     from tornado.httpclient import HTTPRequest
     from tornado.websocket import websocket_connect
 
@@ -157,7 +166,7 @@ async def through_server(
     connection = await websocket_connect(
         HTTPRequest(ws_url, headers=server.headers()),
         max_message_size=256 << 20,
-        subprotocols=list(STREAM_PROTOCOLS),
+        subprotocols=protocols or list(STREAM_PROTOCOLS),
         compression_options={} if deflate else None,  # permessage-deflate offered, or not
     )
     extensions = connection.headers.get("Sec-WebSocket-Extensions", "")
@@ -177,6 +186,8 @@ async def through_server(
                     seqs.setdefault(run["replica"], []).extend(
                         range(first, first + len(run["texts"]))
                     )
+            elif message["type"] == "usage":
+                receiver.usage_messages += 1
             elif message["type"] == "error":
                 skip(f"the log stream sent an error: {message['message']}")
             elif message["type"] == "end":

@@ -110,6 +110,7 @@ export function deleteJob(id: string): Promise<void> {
 export function logStreamUrl(
   id: string,
   since: string,
+  usageSince = 0,
   settings: ServerConnection.ISettings = ServerConnection.makeSettings()
 ): string {
   const base = URLExt.join(
@@ -121,6 +122,9 @@ export function logStreamUrl(
   const query: string[] = [];
   if (since) {
     query.push(`since=${encodeURIComponent(since)}`);
+  }
+  if (usageSince > 0) {
+    query.push(`usage_since=${usageSince}`);
   }
   if (settings.appendToken && settings.token) {
     query.push(`token=${encodeURIComponent(settings.token)}`);

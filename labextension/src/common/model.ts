@@ -71,6 +71,35 @@ export interface IJob {
   restart_scope?: 'job' | 'replica' | null;
   timeline?: ITimelineEvent[];
   last_failure?: ITimelineEvent | null;
+  /** Once failed: each replica's last traceback, the same one on several replicas once. */
+  tracebacks?: ITracebackGroup[];
+}
+
+export interface ITracebackGroup {
+  replicas: string[];
+  lines: string[];
+}
+
+/** A device a replica holds: its utilisation and the replica's memory on it (NVML). */
+export interface IGpuUsage {
+  index: number;
+  utilization_percent: number | null;
+  memory_bytes: number | null;
+}
+
+/** A replica's process tree at one sample: CPU (100 = one core), resident memory. */
+export interface IReplicaUsage {
+  cpu_percent: number;
+  rss_bytes: number;
+  processes: number;
+  gpus: IGpuUsage[];
+}
+
+/** One sample of every replica running then, numbered from 0 per job (core/usage.py). */
+export interface IUsageSample {
+  seq: number;
+  time: number;
+  replicas: Record<string, IReplicaUsage>;
 }
 
 export interface IJobList {
@@ -98,7 +127,11 @@ export interface ILineRun {
 
 /** A server -> client websocket frame of `/distrun/jobs/{id}/logs/stream`. */
 /** The log stream's versions, newest first (core/stream_versions.py). */
-export const STREAM_PROTOCOLS = ['distrun.logs.v2', 'distrun.logs.v1'];
+export const STREAM_PROTOCOLS = [
+  'distrun.logs.v3',
+  'distrun.logs.v2',
+  'distrun.logs.v1'
+];
 
 /**
  * The version of the REST resources this extension parses, sent with every request in the
@@ -115,6 +148,8 @@ export type StreamMessage =
   /** Replicas' unfinished lines (a progress bar being drawn), as a terminal shows them. */
   | { type: 'partial'; lines: LogTuple[] }
   | { type: 'status'; job: IJob }
+  /** Version 3: the replicas' sampled usage, from `usage_since` on. */
+  | { type: 'usage'; samples: IUsageSample[] }
   | { type: 'end' }
   | { type: 'error'; message: string };
 

@@ -9,7 +9,13 @@ import { logStreamUrl } from './api';
 import { LogBuffer } from './logbuffer';
 import { linesOfRuns } from './runs';
 import { traceMark } from './trace';
-import { IJob, LogTuple, STREAM_PROTOCOLS, StreamMessage } from './model';
+import {
+  IJob,
+  IUsageSample,
+  LogTuple,
+  STREAM_PROTOCOLS,
+  StreamMessage
+} from './model';
 import { ITrans } from './trans';
 
 export interface IStreamHandlers {
@@ -17,6 +23,8 @@ export interface IStreamHandlers {
   /** Unfinished lines: each replaced by the line of its seq; an empty text takes one back. */
   partial(lines: LogTuple[]): void;
   status(job: IJob): void;
+  /** New usage samples (version 3), each once across reconnects. */
+  usage?(samples: IUsageSample[]): void;
   /** The job is terminal and every line was delivered. */
   end(): void;
   /** The server refused the stream (unknown job, bad request); no reconnect follows. */
@@ -44,7 +52,7 @@ export class JobStream implements IDisposable {
       return;
     }
     const socket = new WebSocket(
-      logStreamUrl(this.jobId, this._since()),
+      logStreamUrl(this.jobId, this._since(), this._usageNext),
       STREAM_PROTOCOLS
     );
     if (!this._opened) {
@@ -95,6 +103,14 @@ export class JobStream implements IDisposable {
       case 'status':
         this._handlers.status(message.job);
         break;
+      case 'usage': {
+        const fresh = message.samples.filter(s => s.seq >= this._usageNext);
+        if (fresh.length) {
+          this._usageNext = fresh[fresh.length - 1].seq + 1;
+          this._handlers.usage?.(fresh);
+        }
+        break;
+      }
       case 'end':
         this._finished = true;
         this._handlers.end();
@@ -125,6 +141,7 @@ export class JobStream implements IDisposable {
   private _socket: WebSocket | null = null;
   private _opened = false; // traced: the first connect only
   private _linesSeen = false;
+  private _usageNext = 0; // the usage sample to resume from
   private _attempts = 0;
   private _retryTimer = 0;
   private _finished = false;
@@ -134,7 +151,7 @@ export class JobStream implements IDisposable {
 /** What a view of a job's stream handles: its lines, status and end, and notices to show. */
 export interface IJobStreamView extends Pick<
   IStreamHandlers,
-  'lines' | 'partial' | 'status' | 'end'
+  'lines' | 'partial' | 'status' | 'end' | 'usage'
 > {
   notice(message: string, isError: boolean): void;
 }
@@ -155,6 +172,7 @@ export function connectJobStream(
       lines: lines => view.lines(lines),
       partial: lines => view.partial(lines),
       status: job => view.status(job),
+      usage: samples => view.usage?.(samples),
       end: () => view.end(),
       error: message => view.notice(message, true),
       disconnected: seconds =>

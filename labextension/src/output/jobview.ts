@@ -19,6 +19,7 @@ import { EndAfterLines } from '../common/endstatus';
 import { LogBuffer } from '../common/logbuffer';
 import { IJob, isTerminal, LogTuple } from '../common/model';
 import { connectJobStream, JobStream } from '../common/stream';
+import { UsageGauges } from '../common/usage';
 import { TRANSLATION_DOMAIN } from '../common/tokens';
 import { traceMark } from '../common/trace';
 
@@ -50,6 +51,7 @@ export class JobView extends Widget {
       lines: lines => this._onLines(lines),
       partial: lines => this._onPartial(lines),
       status: job => this._onStatus(job),
+      usage: samples => this._usage.update(this._replicas, samples),
       end: () => this._onEnd(),
       notice: (message, isError) => this._showNotice(message, isError)
     });
@@ -111,7 +113,8 @@ export class JobView extends Widget {
     this._live.className = 'jp-distrun-live';
     this._live.dataset.testId = 'distrun-job-live';
     this._log.append(this._live);
-    this.node.append(header, this._notice, this._log);
+    this._usage = new UsageGauges(this._trans);
+    this.node.append(header, this._usage.node, this._notice, this._log);
   }
 
   private async _cancel(): Promise<void> {
@@ -272,6 +275,7 @@ export class JobView extends Widget {
   private readonly _unfinished = new UnfinishedLines();
   private _liveChanged = false;
   private _replicas: string[] = [];
+  private _usage!: UsageGauges; // each replica's newest CPU and memory, under the status
   private _prefixWidth = 0;
   private _frame = 0;
   private _renderedAt = -Infinity;

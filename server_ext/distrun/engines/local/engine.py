@@ -62,8 +62,6 @@ NOT_SAMPLED_REASON = (
     "this job's usage was not sampled: it was submitted with usage_interval 0, or before "
     "distrun sampled usage"
 )
-# How often at most a follower of a job's usage looks for new samples.
-_USAGE_POLL_SECONDS = 0.5
 LOST_REASON = "lost: the supervisor process died (was the machine restarted?)"
 # How long a job directory may exist without a recorded supervisor (a submit in progress).
 _LAUNCH_WINDOW_SECONDS = 30.0
@@ -333,14 +331,19 @@ class LocalEngine:
         if not interval:
             return
         tail = UsageTail(self._files(job_id).usage, since)
+        samples = await asyncio.to_thread(tail.read)  # the kept series: maybe a large read
         while True:
-            _, status = await asyncio.to_thread(self._snapshot, job_id, owner)
-            samples = await asyncio.to_thread(tail.read)  # after the status: then none is last
             if samples:
                 yield UsageUpdate(samples)
-            elif status.finalized:
-                return
-            await asyncio.sleep(min(interval, _USAGE_POLL_SECONDS))
+            else:  # a sample is due every interval: none new, the job may be over
+                _, status = await asyncio.to_thread(self._snapshot, job_id, owner)
+                if status.finalized:
+                    last = await asyncio.to_thread(tail.read)  # after the status: the last
+                    if last:
+                        yield UsageUpdate(last)
+                    return
+            await asyncio.sleep(interval)
+            samples = tail.read_new()
 
     def _usage_interval(self, job_id: str) -> float:
         """The job's sampling interval in seconds; 0 where it is not sampled."""

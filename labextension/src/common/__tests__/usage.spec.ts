@@ -1,0 +1,96 @@
+/**
+ * @jest-environment jsdom
+ */
+import { IUsageSample } from '../model';
+import { ITrans } from '../trans';
+import { formatBytes, gauges, UsageGauges } from '../usage';
+
+const GiB = 1024 ** 3;
+
+const trans: ITrans = {
+  __: (msgid: string, ...args: any[]) =>
+    args.reduce<string>(
+      (text, arg, i) => text.replace(`%${i + 1}`, String(arg)),
+      msgid
+    )
+};
+
+const sample = (
+  seq: number,
+  replicas: IUsageSample['replicas']
+): IUsageSample => ({ seq, time: seq, replicas });
+
+describe('formatBytes', () => {
+  it('writes sizes as the CLI does', () => {
+    expect(
+      [100, 12 * 1024, 512 * 1024 ** 2, 3.9 * GiB, 4 * GiB].map(formatBytes)
+    ).toEqual(['100 B', '12 KiB', '512 MiB', '3.9 GiB', '4 GiB']);
+  });
+});
+
+describe('gauges', () => {
+  it('shows each replica in job order as the newest sample has it', () => {
+    const samples = [
+      sample(0, {
+        'worker-0': { cpu_percent: 5, rss_bytes: 1, processes: 1, gpus: [] }
+      }),
+      sample(1, {
+        'worker-0': {
+          cpu_percent: 98.6,
+          rss_bytes: GiB,
+          processes: 2,
+          gpus: [
+            { index: 0, utilization_percent: 40, memory_bytes: 1 },
+            { index: 1, utilization_percent: null, memory_bytes: null }
+          ]
+        }
+      })
+    ];
+    expect(gauges(['worker-0', 'worker-1'], samples)).toEqual([
+      { replica: 'worker-0', cpuPercent: 98.6, rssBytes: GiB, gpuPercent: 40 },
+      {
+        replica: 'worker-1',
+        cpuPercent: null,
+        rssBytes: null,
+        gpuPercent: null
+      }
+    ]);
+  });
+});
+
+describe('UsageGauges', () => {
+  it('stays hidden until a sample comes, then draws a gauge per replica', () => {
+    const shown = new UsageGauges(trans);
+    shown.update(['worker-0', 'worker-1'], []);
+    expect(shown.node.hidden).toBe(true);
+    shown.update(
+      ['worker-0', 'worker-1'],
+      [
+        sample(3, {
+          'worker-0': {
+            cpu_percent: 250,
+            rss_bytes: 2 * GiB,
+            processes: 3,
+            gpus: []
+          },
+          'worker-1': {
+            cpu_percent: 0.2,
+            rss_bytes: 300,
+            processes: 1,
+            gpus: []
+          }
+        })
+      ]
+    );
+    expect(shown.node.hidden).toBe(false);
+    const items = [...shown.node.querySelectorAll('.jp-distrun-usage-gauge')];
+    expect(items.map(item => item.textContent)).toEqual([
+      'worker-0 250% · 2 GiB',
+      'worker-1 0% · 300 B'
+    ]);
+    const fills = [
+      ...shown.node.querySelectorAll<HTMLElement>('.jp-distrun-usage-fill')
+    ];
+    expect(fills.map(fill => fill.style.width)).toEqual(['100%', '0.2%']);
+  });
+});

@@ -1,0 +1,99 @@
+/**
+ * Each replica's newest sampled usage as small gauges (CPU bar, memory), for the cell's
+ * status area: one per replica in job order, updated as `usage` messages come.
+ */
+
+import { IUsageSample } from './model';
+import { ITrans } from './trans';
+
+const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+
+/** Bytes for people, in binary units, as the CLI writes them: 3.9 GiB, 512 MiB, 100 B. */
+export function formatBytes(count: number): string {
+  let value = count;
+  let unit = 0;
+  while (Math.abs(value) >= 1024 && unit < UNITS.length - 1) {
+    value /= 1024;
+    unit++;
+  }
+  if (unit === 0) {
+    return `${count} B`;
+  }
+  const digits = value >= 100 || Number.isInteger(value) ? 0 : 1;
+  return `${value.toFixed(digits)} ${UNITS[unit]}`;
+}
+
+/** One replica's gauge: its newest figures, or null where the newest sample lacks it. */
+export interface IGauge {
+  replica: string;
+  cpuPercent: number | null;
+  rssBytes: number | null;
+  gpuPercent: number | null;
+}
+
+/** Each of `replicas` as the newest of `samples` shows it. */
+export function gauges(replicas: string[], samples: IUsageSample[]): IGauge[] {
+  const newest = samples.length ? samples[samples.length - 1].replicas : {};
+  return replicas.map(replica => {
+    const usage = newest[replica];
+    const busy = (usage?.gpus ?? [])
+      .map(gpu => gpu.utilization_percent)
+      .filter((p): p is number => p !== null);
+    return {
+      replica,
+      cpuPercent: usage ? usage.cpu_percent : null,
+      rssBytes: usage ? usage.rss_bytes : null,
+      gpuPercent: busy.length ? Math.max(...busy) : null
+    };
+  });
+}
+
+export class UsageGauges {
+  constructor(private readonly _trans: ITrans) {
+    this.node.className = 'jp-distrun-usage';
+    this.node.dataset.testId = 'distrun-job-usage';
+    this.node.hidden = true;
+  }
+
+  readonly node = document.createElement('div');
+
+  /** Shows the newest figures of `replicas` (job order); hidden until a sample comes. */
+  update(replicas: string[], samples: IUsageSample[]): void {
+    if (!samples.length) {
+      return;
+    }
+    this.node.hidden = false;
+    this.node.replaceChildren(
+      ...gauges(replicas, samples).map(gauge => this._gauge(gauge))
+    );
+  }
+
+  private _gauge(gauge: IGauge): HTMLElement {
+    const item = document.createElement('span');
+    item.className = 'jp-distrun-usage-gauge';
+    item.dataset.replica = gauge.replica;
+    const bar = document.createElement('span');
+    bar.className = 'jp-distrun-usage-bar';
+    const fill = document.createElement('span');
+    fill.className = 'jp-distrun-usage-fill';
+    const cpu = gauge.cpuPercent ?? 0;
+    fill.style.width = `${Math.min(100, Math.max(0, cpu))}%`;
+    bar.append(fill);
+    const parts = [
+      gauge.cpuPercent === null ? '–' : `${Math.round(gauge.cpuPercent)}%`,
+      gauge.rssBytes === null ? '–' : formatBytes(gauge.rssBytes)
+    ];
+    if (gauge.gpuPercent !== null) {
+      parts.push(this._trans.__('GPU %1%', Math.round(gauge.gpuPercent)));
+    }
+    const text = document.createElement('span');
+    text.className = 'jp-distrun-usage-text';
+    text.textContent = `${gauge.replica} ${parts.join(' · ')}`;
+    item.title = this._trans.__(
+      '%1: CPU of its processes (100 is one core), resident memory',
+      gauge.replica
+    );
+    item.append(bar, text);
+    return item;
+  }
+}
