@@ -27,10 +27,12 @@ def test_a_sample_survives_its_json():
 
 
 def test_sizes_and_out_of_memory_read_as_people_write_them():
-    assert [format_bytes(n) for n in (100, 12 * 1024, 512 * MiB, int(3.9 * GiB), 4 * GiB)] == [
+    sizes = (100, 12 * 1024, 512 * MiB, 200 * MiB + 300 * 1024, int(3.9 * GiB), 4 * GiB)
+    assert [format_bytes(n) for n in sizes] == [
         "100 B",
         "12 KiB",
         "512 MiB",
+        "200.3 MiB",
         "3.9 GiB",
         "4 GiB",
     ]

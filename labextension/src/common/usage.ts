@@ -8,7 +8,7 @@ import { ITrans } from './trans';
 
 const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
 
-/** Bytes for people, in binary units, as the CLI writes them: 3.9 GiB, 512 MiB, 100 B. */
+/** Bytes for people, in binary units, as the CLI writes them: 3.9 GiB, 200.3 MiB, 100 B. */
 export function formatBytes(count: number): string {
   let value = count;
   let unit = 0;
@@ -19,7 +19,8 @@ export function formatBytes(count: number): string {
   if (unit === 0) {
     return `${count} B`;
   }
-  const digits = value >= 100 || Number.isInteger(value) ? 0 : 1;
+  // A tenth always, unless whole (as the CLI writes them).
+  const digits = Number.isInteger(value) ? 0 : 1;
   return `${value.toFixed(digits)} ${UNITS[unit]}`;
 }
 

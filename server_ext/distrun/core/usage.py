@@ -128,7 +128,7 @@ _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
 def format_bytes(count: int) -> str:
-    """`count` bytes for people, in binary units: 3.9 GiB, 512 MiB, 12 KiB, 100 B."""
+    """`count` bytes for people, in binary units: 3.9 GiB, 512 MiB, 200.3 MiB, 100 B."""
     value = float(count)
     for unit in _UNITS:
         if abs(value) < 1024 or unit == _UNITS[-1]:
@@ -136,7 +136,8 @@ def format_bytes(count: int) -> str:
         value /= 1024
     if unit == "B":
         return f"{count} B"
-    return f"{value:.0f} {unit}" if value >= 100 or value == int(value) else f"{value:.1f} {unit}"
+    # A tenth always, unless whole: a peak just over its limit must not read as the limit.
+    return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
 
 
 def out_of_memory_text(peak: int | None, limit: int | None) -> str:

@@ -23,8 +23,15 @@ const sample = (
 describe('formatBytes', () => {
   it('writes sizes as the CLI does', () => {
     expect(
-      [100, 12 * 1024, 512 * 1024 ** 2, 3.9 * GiB, 4 * GiB].map(formatBytes)
-    ).toEqual(['100 B', '12 KiB', '512 MiB', '3.9 GiB', '4 GiB']);
+      [
+        100,
+        12 * 1024,
+        512 * 1024 ** 2,
+        200 * 1024 ** 2 + 300 * 1024,
+        3.9 * GiB,
+        4 * GiB
+      ].map(formatBytes)
+    ).toEqual(['100 B', '12 KiB', '512 MiB', '200.3 MiB', '3.9 GiB', '4 GiB']);
   });
 });
 
