@@ -19,6 +19,7 @@ import { EndAfterLines } from '../common/endstatus';
 import { LogBuffer } from '../common/logbuffer';
 import { IJob, isTerminal, LogTuple } from '../common/model';
 import { connectJobStream, JobStream } from '../common/stream';
+import { renderTracebacks } from '../common/tracebacks';
 import { UsageGauges } from '../common/usage';
 import { TRANSLATION_DOMAIN } from '../common/tokens';
 import { traceMark } from '../common/trace';
@@ -114,7 +115,17 @@ export class JobView extends Widget {
     this._live.dataset.testId = 'distrun-job-live';
     this._log.append(this._live);
     this._usage = new UsageGauges(this._trans);
-    this.node.append(header, this._usage.node, this._notice, this._log);
+    // A failed job's tracebacks, each once with its replicas (the lines below have them all).
+    this._tracebacks.className = 'jp-distrun-tracebacks';
+    this._tracebacks.dataset.testId = 'distrun-job-tracebacks';
+    this._tracebacks.hidden = true;
+    this.node.append(
+      header,
+      this._usage.node,
+      this._tracebacks,
+      this._notice,
+      this._log
+    );
   }
 
   private async _cancel(): Promise<void> {
@@ -140,6 +151,12 @@ export class JobView extends Widget {
     this._status.textContent = formatStatus(job, this._trans);
     this._status.dataset.state = job.state;
     this._stop.hidden = isTerminal(job.state);
+    if (job.state === 'failed' && job.tracebacks?.length) {
+      this._tracebacks.replaceChildren(
+        ...renderTracebacks(job.tracebacks, this._trans)
+      );
+      this._tracebacks.hidden = false;
+    }
   }
 
   private _onEnd(): void {
@@ -275,6 +292,7 @@ export class JobView extends Widget {
   private readonly _unfinished = new UnfinishedLines();
   private _liveChanged = false;
   private _replicas: string[] = [];
+  private readonly _tracebacks = document.createElement('div');
   private _usage!: UsageGauges; // each replica's newest CPU and memory, under the status
   private _prefixWidth = 0;
   private _frame = 0;
