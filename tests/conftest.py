@@ -9,6 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# No property test is timed: a loaded machine (CI, parallel work) is slow, not wrong.
+settings.register_profile("distrun", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("distrun")
 
 from distrun.core.spec import Limits
 from distrun.engines.local.engine import LocalEngine
