@@ -49,7 +49,13 @@ from .katib_controller import (
     start_katib,
     start_suggestion_service,
 )
-from .real_controllers import start_job_controller, start_jobset, start_trainer, start_volcano
+from .real_controllers import (
+    start_job_controller,
+    start_jobset,
+    start_trainer,
+    start_volcano,
+)
+from .real_controllers import start_kueue as start_kueue_everywhere
 from .real_operator import clear_v1_jobs
 
 SKIP_REASON = (
@@ -181,6 +187,14 @@ def trainer_controllers(
     """JobSet, then Trainer and its ClusterTrainingRuntimes, in `controllers_cluster`."""
     start_jobset(controllers_cluster, controller_binaries)
     start_trainer(controllers_cluster, controller_binaries)
+
+
+@pytest.fixture(scope="session")
+def kueue_controllers(
+    controllers_cluster: KubeCluster, controller_binaries: ControllerBinaries
+) -> None:
+    """Kueue with every webhook of its manifests in `controllers_cluster`, once a session."""
+    start_kueue_everywhere(controllers_cluster, controller_binaries)
 
 
 @pytest.fixture(scope="session")

@@ -23,10 +23,11 @@ from distrun.core.job import JobState
 from distrun.core.logs import JobUpdate, LogBatch
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.engine import REMOVED_REASON
-from distrun.engines.kube.trainer import TrainerEngine
+from distrun.engines.kube.trainer import PATCH_REMOVED, TrainerEngine
 from distrun.engines.kube.volcano import VolcanoEngine
 
 from .cluster import KubeCluster
+from .test_real_controllers import make_queues
 from .waiting import eventually
 
 pytestmark = pytest.mark.kubernetes
@@ -434,3 +435,33 @@ async def test_cancelling_or_deleting_a_trainjob_leaves_nothing_and_starts_no_po
     # after a delete in the Background (Trainer re-applying from a stale cache, not yet
     # understood); under Foreground they keep coming and the job never goes (issue 30).
     print(f"--- pods created after the {action}: {created}")
+
+
+async def test_kueue_v0_14_erases_distruns_runtime_patch_and_the_job_says_so(
+    admin: Any,
+    namespace: str,
+    controllers_cluster: KubeCluster,
+    trainer_controllers: None,
+    kueue_controllers: None,
+) -> None:
+    """Kueue v0.14.0 admits the Workload and starts the TrainJob with an update made through
+    Trainer v2.0's API types, which have no runtimePatches: distrun's patch (code volume,
+    labels, hardened container) is gone, Trainer's JobSet is refused, no pod ever runs, and the
+    job says why (docs/kubernetes.md). A Kueue built on Trainer v2.2's API keeps the patch."""
+    queue = make_queues(controllers_cluster, namespace, cpu="4")
+    engine = TrainerEngine(
+        api_client=admin, namespace=namespace, queue_system="kueue", default_queue=queue
+    )
+    try:
+        job_spec = spec({"master": 1, "worker": 1}, env={"GREETING": "hello"})
+        job = await engine.submit(job_spec, OWNER)
+        waiting = await eventually(
+            lambda: engine.get_job(job.id, OWNER),
+            lambda j: j.reason == PATCH_REMOVED,
+            "the job to say its runtime patch was removed",
+        )
+        assert waiting.state == JobState.PENDING
+        assert await pods_of(admin, namespace, engine.pod_selector(job.id)) == []
+        await engine.delete(job.id, OWNER)
+    finally:
+        await engine.close()

@@ -21,7 +21,6 @@ from .controller_builds import ControllerBinaries
 from .controllers import start_training_operator
 from .real_controllers import (
     READY_SECONDS,
-    start_kueue,
 )
 
 pytestmark = pytest.mark.kubernetes
@@ -76,9 +75,9 @@ def training_operator_namespace(
     return name
 
 
-@pytest.fixture(scope="module")
-def kueue(controllers_cluster: KubeCluster, controller_binaries: ControllerBinaries) -> None:
-    start_kueue(controllers_cluster, controller_binaries)
+@pytest.fixture
+def kueue(kueue_controllers: None) -> None:
+    """Kueue in `controllers_cluster` (started once for the session: conftest.py)."""
 
 
 # -- helpers -----------------------------------------------------------------------------------

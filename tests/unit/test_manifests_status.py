@@ -24,6 +24,7 @@ from distrun.engines.kube.logs import (
     split_log,
 )
 from distrun.engines.kube.manifests.common import Target, object_metadata
+from distrun.engines.kube.trainer import PATCH_REMOVED, TrainerEngine
 from distrun.engines.kube.volcano import VolcanoEngine
 
 TERMINAL = {"Succeeded": JobState.SUCCEEDED, "Failed": JobState.FAILED}
@@ -155,6 +156,20 @@ def test_volcano_phases_map_to_job_states() -> None:
     ):
         obj = {"status": {"state": {"phase": phase}}}
         assert engine.phase(obj).state == state
+
+
+def test_a_trainjob_that_lost_distruns_runtime_patch_says_so_until_it_ends() -> None:
+    """Kueue v0.14 writes the TrainJob back through Trainer v2.0's types (no runtimePatches):
+    the job can never start, and the reason says why instead of the JobSet's refusal."""
+    engine = TrainerEngine(api_client=object())
+    patched = {"runtimePatches": [{"manager": "distrun.io/engine", "trainingRuntimeSpec": {}}]}
+    failing = [condition("TrainJobResourcesCreationFailed", "2026-01-01T00:00:01Z")]
+    stripped = {**job_object(conditions=failing), "spec": {"suspend": False}}
+    assert engine.phase(stripped) == Phase(JobState.PENDING, PATCH_REMOVED)
+    assert "Kueue v0.17" in PATCH_REMOVED
+    assert engine.phase({**job_object(), "spec": patched}).reason != PATCH_REMOVED
+    ended = [condition("Failed", "2026-01-01T00:00:09Z")]
+    assert engine.phase({**job_object(conditions=ended), "spec": {}}).state == JobState.FAILED
 
 
 def test_a_volcano_job_restart_counts_for_every_replica() -> None:

@@ -5,9 +5,9 @@ node i is the spec's i-th replica in role order, so `master-0` is node 0."""
 from typing import Any
 
 from distrun.core.errors import SpecError
-from distrun.core.job import JobState
+from distrun.core.job import Job, JobState
 from distrun.core.spec import JobSpec
-from distrun.engines.kube.client import Obj, Resource
+from distrun.engines.kube.client import KubeApi, Obj, Resource
 from distrun.engines.kube.engine import KubeEngine, Phase, conditions_phase
 from distrun.engines.kube.manifests.common import Target
 from distrun.engines.kube.manifests.configmap import CodeBundle
@@ -16,6 +16,7 @@ from distrun.engines.kube.manifests.trainer import (
     LABEL_COMPLETION_INDEX,
     LABEL_JOBSET_NAME,
     LABEL_REPLICATED_JOB,
+    PATCH_MANAGER,
     PLURAL,
     REPLICATED_JOB,
     trainer_bundle,
@@ -23,6 +24,14 @@ from distrun.engines.kube.manifests.trainer import (
 )
 
 _TERMINAL = {"Complete": JobState.SUCCEEDED, "Failed": JobState.FAILED}
+# Kueue before v0.17 writes a TrainJob back through Trainer v2.0's API types, which have no
+# runtimePatches: the update it makes to start the job erases distrun's patch (and Trainer then
+# applies a JobSet whose pod template has lost its metadata, which the API server refuses).
+PATCH_REMOVED = (
+    "the TrainJob lost distrun's runtime patch (code volume, labels, hardened container) "
+    "when it was admitted: this cluster's Kueue predates Trainer v2.2's TrainJob API "
+    "(Kueue v0.17 or newer is needed with Trainer v2.2 and later)"
+)
 
 
 class TrainerEngine(KubeEngine):
@@ -83,12 +92,25 @@ class TrainerEngine(KubeEngine):
     def container_name(self, spec: JobSpec) -> str:
         return REPLICATED_JOB
 
+    async def waiting_reason(self, api: KubeApi, obj: Obj, job: Job) -> str | None:
+        if not _has_distruns_patch(obj):
+            return PATCH_REMOVED  # what the JobSet's refusal or Kueue's admission cannot say
+        return await super().waiting_reason(api, obj, job)
+
     def phase(self, obj: Obj) -> Phase:
         phase = conditions_phase(obj, _TERMINAL, ())
         conditions = (obj.get("status") or {}).get("conditions") or []
         suspended = any(
             c.get("type") == "Suspended" and c.get("status") == "True" for c in conditions
         )
+        ended = phase.state is not None and phase.state.terminal
+        if not ended and not _has_distruns_patch(obj):
+            return Phase(JobState.PENDING, PATCH_REMOVED, phase.started_at)
         if phase.state is None and suspended:
             return Phase(JobState.PENDING, "suspended", phase.started_at)
         return phase
+
+
+def _has_distruns_patch(obj: Obj) -> bool:
+    patches = (obj.get("spec") or {}).get("runtimePatches") or []
+    return any(isinstance(p, dict) and p.get("manager") == PATCH_MANAGER for p in patches)
