@@ -65,7 +65,17 @@ async def busy(api: Any, changes: int) -> None:
 
 
 async def watch_answer(api: Any, version: str) -> dict[str, Any]:
-    """The first event of a watch of PyTorchJobs from `version`."""
+    """The first event of a watch of PyTorchJobs from `version`, once the API server serves
+    watches again (right after a restart it answers 429 while its watch cache fills)."""
+    async with asyncio.timeout(WAIT):
+        while True:
+            answer = await first_watch_event(api, version)
+            if answer.get("code") != 429:
+                return answer
+            await asyncio.sleep(answer.get("details", {}).get("retryAfterSeconds", 1))
+
+
+async def first_watch_event(api: Any, version: str) -> dict[str, Any]:
     custom = client.CustomObjectsApi(api)
     response = await custom.list_namespaced_custom_object(
         GROUP,
