@@ -128,11 +128,16 @@ def test_the_singleuser_account_can_run_jobs_in_its_namespace_and_nothing_elsewh
     assert not allowed(kube_cluster, gateway, other, ("create", "", "pods", ""))
 
 
-def until_bound(cluster: KubeCluster, user: str, namespace: str) -> None:
+def until_bound(
+    cluster: KubeCluster,
+    user: str,
+    namespace: str,
+    check: tuple[str, ...] = ("get", "", "pods", ""),
+) -> None:
     """A binding just applied reaches the API server's authorizer within moments (through its
-    informer): until then every review of it says no."""
+    informer): until then every review of it says no. Waits until `check` is allowed."""
     deadline = time.monotonic() + 30
-    while not allowed(cluster, user, namespace, ("get", "", "pods", "")):
+    while not allowed(cluster, user, namespace, check):
         assert time.monotonic() < deadline, f"{user} never got to read pods in {namespace}"
         time.sleep(0.2)
 

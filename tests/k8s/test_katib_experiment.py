@@ -152,6 +152,18 @@ async def custom_or_none(
         raise
 
 
+async def first_trials(api: Any, namespace: str, experiment: str, count: int = 2) -> list[Any]:
+    """The Experiment's Trials once there are `count` of them, else none."""
+    listed = await client.CustomObjectsApi(api).list_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "trials",
+        label_selector=f"katib.kubeflow.org/experiment={experiment}",
+    )
+    return listed["items"] if len(listed["items"]) >= count else []
+
+
 async def eventually(check: Any, what: str) -> Any:
     deadline = time.monotonic() + WAIT
     while True:
@@ -255,15 +267,10 @@ async def test_a_grid_sweep_runs_its_first_trials_as_pytorchjobs_holding_their_p
     assert created["spec"]["algorithm"] == {"algorithmName": "grid"}
     assert created["spec"]["maxTrialCount"] == 6
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-    selector = f"katib.kubeflow.org/experiment={name}"
-
-    async def two_trials() -> list[Any]:
-        listed = await custom.list_namespaced_custom_object(
-            GROUP, VERSION, namespace, "trials", label_selector=selector
-        )
-        return listed["items"] if len(listed["items"]) >= 2 else []
-
-    trials = await eventually(two_trials, "Katib to make the first two trials (parallel 2)")
+    trials = await eventually(
+        lambda: first_trials(api, namespace, name),
+        "Katib to make the first two trials (parallel 2)",
+    )
     assert len(trials) == 2  # no more at once than %parallel
     points = set()
     for trial in trials:
@@ -376,15 +383,10 @@ async def test_a_model_search_becomes_katibs_suggestion_of_its_algorithm(
         assert made["spec"]["algorithm"] == created["spec"]["algorithm"]
         if search != "tpe":
             return
-        selector = f"katib.kubeflow.org/experiment={name}"
-
-        async def two_trials() -> list[Any]:
-            listed = await custom.list_namespaced_custom_object(
-                GROUP, VERSION, namespace, "trials", label_selector=selector
-            )
-            return listed["items"] if len(listed["items"]) >= 2 else []
-
-        trials = await eventually(two_trials, "Katib's TPE to propose the first two trials")
+        trials = await eventually(
+            lambda: first_trials(api, namespace, name),
+            "Katib's TPE to propose the first two trials",
+        )
         for trial in trials:
             assigned = {a["name"]: a["value"] for a in trial["spec"]["parameterAssignments"]}
             assert 1e-4 <= float(assigned["lr"]) <= 1e-1 and assigned["opt"] in ("adam", "sgd")

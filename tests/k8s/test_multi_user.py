@@ -31,6 +31,7 @@ from kubernetes.client.exceptions import ApiException
 from distrun.engines.kube.manifests.common import job_labels
 
 from ..helm.test_chart import helm, render  # noqa: F401  (the helm fixture)
+from ..helm.test_chart_cluster import until_bound
 from .cluster import KubeCluster
 from .controllers import training_operator_for
 from .distrun_server import DistrunServer, running, submit_cell
@@ -109,10 +110,7 @@ class Deployment:
         self.namespaces = {user: self._provision(name) for user, name in USERNAMES.items()}
         for namespace in self.namespaces.values():  # the authorizer sees new bindings late
             account = f"system:serviceaccount:{namespace}:distrun-notebook"
-            deadline = time.monotonic() + 30
-            while not _can(cluster, account, namespace, "create", "kubeflow.org", "pytorchjobs"):
-                assert time.monotonic() < deadline, f"{account}'s binding never took effect"
-                time.sleep(0.2)
+            until_bound(cluster, account, namespace, ("create", "kubeflow.org", "pytorchjobs", ""))
 
     def _profile_files(self) -> dict[str, str]:
         [configmap] = [
@@ -351,8 +349,6 @@ def test_alice_with_her_notebooks_credentials_reaches_nothing_of_bobs(
 
 def _wait_for_the_volume_policy(core: kubernetes.client.CoreV1Api, namespace: str) -> None:
     """The API server applies a new admission policy within seconds of its creation."""
-    import time
-
     probe = pod("probe", volumes=[{"name": "data", "nfs": {"server": "10.0.0.9", "path": "/"}}])
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
