@@ -46,7 +46,13 @@ import { distrunIcon } from './common/icons';
 // The sidebar is needed at activation (the layout restorer tracks it), so load it eagerly.
 // eslint-disable-next-line jupyter/prefer-lazy-imports
 import { JobListPanel } from './sidebar/sidebar';
-import { CommandIDs, PLUGIN_ID, TRANSLATION_DOMAIN } from './common/tokens';
+import {
+  CommandIDs,
+  GOTO_SOURCE_EVENT,
+  PLUGIN_ID,
+  TRANSLATION_DOMAIN
+} from './common/tokens';
+import type { ISourceFrame } from './common/sourceframes';
 import { logViewerPlugin } from './logviewer/viewerplugin';
 import { sweepPlugin } from './sweep/sweepplugin';
 
@@ -166,6 +172,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     addCommands(app, tracker, sidebar, form, choices, trans);
     cancelJobsOnInterrupt(app, tracker, trans);
+    followSourceLinks(app, tracker, trans);
     palette?.addItem({
       command: CommandIDs.runCell,
       category: trans.__('Distributed')
@@ -332,6 +339,25 @@ function followActiveCell(tracker: INotebookTracker, form: RunForm): void {
   };
   tracker.currentChanged.connect(watch);
   tracker.activeCellChanged.connect(watch);
+}
+
+/**
+ * A click on a traceback frame of a job's own code, in a cell output or the log viewer,
+ * shows that line of the cell (or the shipped file) the job came from.
+ */
+function followSourceLinks(
+  app: JupyterFrontEnd,
+  tracker: INotebookTracker,
+  trans: TranslationBundle
+): void {
+  document.addEventListener(GOTO_SOURCE_EVENT, event => {
+    const frame = (event as CustomEvent<ISourceFrame>).detail;
+    void import('./run/gotosource')
+      .then(({ goToSource }) => goToSource(app, tracker, frame))
+      .catch(error =>
+        showErrorMessage(trans.__('Cannot show the source'), error as Error)
+      );
+  });
 }
 
 /**

@@ -1,6 +1,6 @@
 /** What the UI specs share. */
 
-import { APIRequestContext, expect } from '@playwright/test';
+import { APIRequestContext, expect, Locator, Page } from '@playwright/test';
 
 /** Whether the server runs the distrun extension (its tests skip, saying why, when not). */
 export async function serverExtensionPresent(
@@ -17,4 +17,12 @@ export async function expectServerExtension(
     await serverExtensionPresent(request),
     'needs the distrun server extension and its local engine'
   ).toBe(true);
+}
+
+/** The job output of the notebook's first cell (the one the specs run). */
+export function firstCellJob(page: Page): Locator {
+  return page
+    .locator('.jp-Cell')
+    .first()
+    .locator('[data-test-id="distrun-job"]');
 }

@@ -26,3 +26,6 @@ export namespace CommandIDs {
 
 /** The gettext domain of every UI string. */
 export const TRANSLATION_DOMAIN = 'distrun';
+
+/** The DOM event a click on a traceback frame dispatches (common/sourceframes.ts). */
+export const GOTO_SOURCE_EVENT = 'distrun-goto-source';

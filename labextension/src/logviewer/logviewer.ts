@@ -18,6 +18,7 @@ import { CommandRegistry } from '@lumino/commands';
 import { Panel, Widget } from '@lumino/widgets';
 
 import { appendAnsi, plainText } from '../common/ansi';
+import { appendFrameLine } from '../common/sourceframes';
 import { replicaColorIndex, replicaPrefix } from '../common/colors';
 import { formatStatus } from '../common/format';
 import { distrunIcon } from '../common/icons';
@@ -568,7 +569,7 @@ export class LogViewer extends Panel {
       );
     } else if (searchable && this._view.highlights(shown).length > 0) {
       node.append(...this._highlighted(shown));
-    } else {
+    } else if (!appendFrameLine(node, raw, this.jobId)) {
       appendAnsi(node, raw);
     }
     return node;

@@ -19,6 +19,7 @@ import { EndAfterLines } from '../common/endstatus';
 import { LogBuffer } from '../common/logbuffer';
 import { IJob, isTerminal, LogTuple } from '../common/model';
 import { connectJobStream, JobStream } from '../common/stream';
+import { appendFrameLine } from '../common/sourceframes';
 import { renderTracebacks } from '../common/tracebacks';
 import { UsageGauges } from '../common/usage';
 import { TRANSLATION_DOMAIN } from '../common/tokens';
@@ -153,7 +154,7 @@ export class JobView extends Widget {
     this._stop.hidden = isTerminal(job.state);
     if (job.state === 'failed' && job.tracebacks?.length) {
       this._tracebacks.replaceChildren(
-        ...renderTracebacks(job.tracebacks, this._trans)
+        ...renderTracebacks(job.tracebacks, this.jobId, this._trans)
       );
       this._tracebacks.hidden = false;
     }
@@ -251,7 +252,9 @@ export class JobView extends Widget {
     prefix.className = `jp-distrun-prefix jp-distrun-c${colour}`;
     prefix.textContent = replicaPrefix(replica, this._prefixWidth);
     line.append(prefix);
-    appendAnsi(line, text);
+    if (!appendFrameLine(line, text, this.jobId)) {
+      appendAnsi(line, text);
+    }
     return line;
   }
 

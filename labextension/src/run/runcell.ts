@@ -29,22 +29,38 @@ function activeCodeCell(panel: NotebookPanel): CodeCell | null {
   return cell instanceof CodeCell ? cell : null;
 }
 
+/** The code cells to run: every selected one (or just the active one), in order. */
+function selectedCodeCells(panel: NotebookPanel): CodeCell[] {
+  const notebook = panel.content;
+  return notebook.widgets.filter(
+    (cell): cell is CodeCell =>
+      cell instanceof CodeCell && notebook.isSelectedOrActive(cell)
+  );
+}
+
 /** The source to run: every selected code cell (or just the active one), joined. */
 export function selectedSource(panel: NotebookPanel): string {
-  const notebook = panel.content;
-  return notebook.widgets
-    .filter(
-      cell => cell instanceof CodeCell && notebook.isSelectedOrActive(cell)
-    )
+  return selectedCodeCells(panel)
     .map(cell => cell.model.sharedModel.getSource())
     .join('\n');
 }
 
-export function jobOutput(job: IJob): nbformat.IDisplayData {
+/**
+ * The cell output of a job. `cells`: the ids of the cells whose sources were joined to make
+ * it, when more than one (a traceback's line of the joined code is found in them).
+ */
+export function jobOutput(
+  job: IJob,
+  cells: string[] = []
+): nbformat.IDisplayData {
+  const data: IJobOutputData = { job_id: job.id };
+  if (cells.length > 1) {
+    data.cells = cells;
+  }
   return {
     output_type: 'display_data',
     data: {
-      [JOB_MIME_TYPE]: { job_id: job.id },
+      [JOB_MIME_TYPE]: { ...data },
       'text/plain': `distrun job ${job.id} (${job.framework}, ${job.replicas.length} replicas)`
     },
     metadata: {}
@@ -74,8 +90,9 @@ export async function runCellDistributed(
   if (!target) {
     return null;
   }
+  const sources = selectedCodeCells(panel);
   const body: ISubmitCell = {
-    cell: selectedSource(panel),
+    cell: sources.map(cell => cell.model.sharedModel.getSource()).join('\n'),
     cwd: PathExt.dirname(panel.context.localPath)
   };
   if (overrides && Object.keys(overrides).length) {
@@ -90,7 +107,12 @@ export async function runCellDistributed(
   try {
     const job = await submitted;
     traceMark('submitted', job.id);
-    outputs.add(jobOutput(job));
+    outputs.add(
+      jobOutput(
+        job,
+        sources.map(cell => cell.model.id)
+      )
+    );
     return { job };
   } catch (error) {
     outputs.add(errorOutput((error as Error).message));
@@ -102,9 +124,16 @@ export async function runCellDistributed(
   }
 }
 
-/** The ids of the jobs whose live output is in one of the notebook's cells. */
-export function jobIdsInNotebook(panel: NotebookPanel): Set<string> {
-  const ids = new Set<string>();
+/** What a job's cell output holds (its MIME data). */
+export interface IJobOutputData {
+  job_id: string;
+  cells?: string[];
+}
+
+/** Each code cell's job outputs, in notebook order. */
+function* jobOutputs(
+  panel: NotebookPanel
+): Generator<{ cell: CodeCell; data: IJobOutputData }> {
   for (const cell of panel.content.widgets) {
     if (!(cell instanceof CodeCell)) {
       continue;
@@ -112,14 +141,43 @@ export function jobIdsInNotebook(panel: NotebookPanel): Set<string> {
     const outputs = cell.model.outputs;
     for (let i = 0; i < outputs.length; i++) {
       const data = outputs.get(i).data[JOB_MIME_TYPE] as
-        { job_id?: unknown } | undefined;
-      const id = data?.job_id;
-      if (isJobId(id)) {
-        ids.add(id);
+        Partial<IJobOutputData> | undefined;
+      if (isJobId(data?.job_id)) {
+        yield { cell, data: data as IJobOutputData };
       }
     }
   }
+}
+
+/** The ids of the jobs whose live output is in one of the notebook's cells. */
+export function jobIdsInNotebook(panel: NotebookPanel): Set<string> {
+  const ids = new Set<string>();
+  for (const { data } of jobOutputs(panel)) {
+    ids.add(data.job_id);
+  }
   return ids;
+}
+
+/**
+ * The cells a job's code came from, in order: those whose ids its output recorded (the ones
+ * still there), else the cell showing its output; null when no cell of the notebook shows it.
+ */
+export function jobSourceCells(
+  panel: NotebookPanel,
+  jobId: string
+): CodeCell[] | null {
+  for (const { cell, data } of jobOutputs(panel)) {
+    if (data.job_id !== jobId) {
+      continue;
+    }
+    const ids = new Set(Array.isArray(data.cells) ? data.cells : []);
+    const joined = panel.content.widgets.filter(
+      (other): other is CodeCell =>
+        other instanceof CodeCell && ids.has(other.model.id)
+    );
+    return joined.length ? joined : [cell];
+  }
+  return null;
 }
 
 /**

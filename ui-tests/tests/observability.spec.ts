@@ -1,0 +1,107 @@
+import { expect, test } from '@jupyterlab/galata';
+import { expectServerExtension, firstCellJob } from './helpers';
+
+const RUN_BUTTON =
+  '.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]';
+
+// Line 4 of the cell fails (its header lines count: they are blank lines in main.py).
+const FAILING = [
+  '%framework=generic',
+  '%worker=2',
+  'batch = 7',
+  'raise ValueError(f"bad batch {batch}")'
+].join('\n');
+
+// One-line loop: the editor auto-indents typed lines. 16 MiB more every 0.2 s for 8 s.
+const GROWING = [
+  '%framework=generic',
+  '%worker=1',
+  'import time',
+  'kept = []',
+  'for i in range(40): kept.append(bytearray(16 << 20)); print("step", i, flush=True); time.sleep(0.2)'
+].join('\n');
+
+test.describe('Seeing what replicas do', () => {
+  test.beforeEach(async ({ page, request }) => {
+    await expectServerExtension(request);
+    await page.notebook.createNew();
+  });
+
+  test("a traceback frame puts the cursor on the cell's failing line", async ({
+    page
+  }) => {
+    await page.notebook.setCell(0, 'code', FAILING);
+    await page.notebook.addCell('code', 'print("another cell")');
+    await page.notebook.selectCells(0);
+    await page.locator(RUN_BUTTON).click();
+    const job = firstCellJob(page);
+    await expect(
+      job.locator('[data-test-id="distrun-job-status"]')
+    ).toHaveAttribute('data-state', 'failed', { timeout: 60_000 });
+    const link = job.locator(
+      '[data-test-id="distrun-job-tracebacks"] summary .jp-distrun-frame-link'
+    );
+    await expect(link).toHaveText('line 4');
+    const cursor = () =>
+      page.evaluate(() => {
+        const notebook = (window as any).jupyterapp.shell.currentWidget.content;
+        return {
+          cell: notebook.activeCellIndex,
+          line: notebook.activeCell.editor.getCursorPosition().line,
+          mode: notebook.mode
+        };
+      });
+    const failingLine = { cell: 0, line: 3, mode: 'edit' };
+    // Elsewhere first, so the click has somewhere to go from.
+    await page.notebook.selectCells(1);
+    await link.click();
+    await expect.poll(cursor).toEqual(failingLine);
+
+    // The same frame in the log viewer's lines brings the notebook back to that line.
+    await page.notebook.selectCells(1);
+    const jobId = await job.getAttribute('data-job-id');
+    await page.evaluate(
+      id =>
+        (window as any).jupyterapp.commands.execute('distrun:open-logs', {
+          id
+        }),
+      jobId
+    );
+    const viewer = page.locator(
+      `[data-test-id="distrun-viewer"][data-job-id="${jobId}"]`
+    );
+    await viewer
+      .locator('.jp-distrun-frame-link', { hasText: 'line 4' })
+      .first()
+      .click();
+    await expect.poll(cursor).toEqual(failingLine);
+  });
+
+  test('the usage gauges move while a job runs', async ({ page }) => {
+    await page.notebook.setCell(0, 'code', GROWING);
+    await page.notebook.selectCells(0);
+    await page.locator(RUN_BUTTON).click();
+    const job = firstCellJob(page);
+    const gauge = job.locator(
+      '[data-test-id="distrun-job-usage"] .jp-distrun-usage-gauge[data-replica="worker-0"]'
+    );
+    const seen = new Set<string>();
+    await expect
+      .poll(
+        async () => {
+          // "worker-0 12% · 85.3 MiB": the memory it holds
+          const text = await gauge
+            .textContent({ timeout: 1000 })
+            .catch(() => '');
+          seen.add(text?.split('·')[1] ?? '');
+          seen.delete('');
+          return seen.size;
+        },
+        { timeout: 60_000, intervals: [500] }
+      )
+      .toBeGreaterThanOrEqual(3);
+    await expect(
+      job.locator('[data-test-id="distrun-job-status"]')
+    ).toHaveAttribute('data-state', 'succeeded', { timeout: 60_000 });
+  });
+});
