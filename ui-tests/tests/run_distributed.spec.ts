@@ -1,5 +1,5 @@
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
-import { serverExtensionPresent } from './helpers';
+import { firstCellJob, serverExtensionPresent } from './helpers';
 
 const RUN_BUTTON =
   '.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]';
@@ -81,10 +81,7 @@ test.describe('Run distributed', () => {
       'needs the distrun server extension and its local engine'
     ).toBe(true);
     await runFirstCell(page, TWO_WORKERS);
-    const job = page
-      .locator('.jp-Cell')
-      .first()
-      .locator('[data-test-id="distrun-job"]');
+    const job = firstCellJob(page);
     await expect(
       job.locator('[data-test-id="distrun-job-status"]')
     ).toHaveAttribute('data-state', 'succeeded', { timeout: 60_000 });
@@ -106,10 +103,7 @@ test.describe('Run distributed', () => {
       'needs the distrun server extension and its local engine'
     ).toBe(true);
     await runFirstCell(page, TWO_WORKERS);
-    const jobs = page
-      .locator('.jp-Cell')
-      .first()
-      .locator('[data-test-id="distrun-job"]');
+    const jobs = firstCellJob(page);
     const seen: string[] = [];
     for (const again of ['button', 'key']) {
       await expect(
@@ -178,10 +172,7 @@ test.describe('Run distributed', () => {
       'needs the distrun server extension and its local engine'
     ).toBe(true);
     await runFirstCell(page, SLOW_WORKERS);
-    const job = page
-      .locator('.jp-Cell')
-      .first()
-      .locator('[data-test-id="distrun-job"]');
+    const job = firstCellJob(page);
     const status = job.locator('[data-test-id="distrun-job-status"]');
     await expect(status).toHaveAttribute('data-state', 'running', {
       timeout: 60_000
