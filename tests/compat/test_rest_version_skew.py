@@ -140,6 +140,7 @@ RESOURCES = [
     ("GET", "distrun/jobs/{id}", None),
     ("GET", "distrun/jobs/{id}/logs?format=json", None),
     ("GET", "distrun/jobs/{id}/usage", None),
+    ("GET", "distrun/jobs/{id}/scalars", None),
     ("GET", "distrun/metrics?job={id}", None),
     ("POST", "distrun/jobs/{id}/cancel", {}),
     ("POST", "distrun/jobs", {"spec": SPEC.to_dict()}),

@@ -48,6 +48,8 @@ async def test_real_responses_match_the_document(checked, fake_engine):
     )
     status, usage = await checked("GET", f"/distrun/jobs/{job_id}/usage?since=3")
     assert status == 200 and usage["available"] is False and "does not sample" in usage["reason"]
+    status, scalars = await checked("GET", f"/distrun/jobs/{job_id}/scalars")
+    assert status == 200 and scalars["available"] is False and "local engine" in scalars["reason"]
     assert (await checked("POST", f"/distrun/jobs/{job_id}/cancel", {}))[0] == 200
     assert await checked("DELETE", f"/distrun/jobs/{job_id}") == (204, "")
 
@@ -62,6 +64,7 @@ async def test_error_responses_match_the_document(checked):
     )
     assert (status, body["field"]) == (400, "since")
     assert (await checked("GET", "/distrun/jobs/nope-00000/usage"))[0] == 404
+    assert (await checked("GET", "/distrun/jobs/nope-00000/scalars"))[0] == 404
     status, body = await checked(
         "GET", "/distrun/jobs/nope-00000/logs?since=x", valid_request=False
     )

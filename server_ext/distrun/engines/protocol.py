@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from distrun.core.job import Job
 from distrun.core.logs import Cursor, LogEvent, LogLine
+from distrun.core.scalars import ScalarsReport
 from distrun.core.spec import JobSpec
 from distrun.core.sweep import SweepSpec
 from distrun.core.usage import UsageReport, UsageUpdate
@@ -117,4 +118,15 @@ class UsageEngine(Protocol):
     ) -> AsyncIterator[UsageUpdate]:
         """The samples from seq `since` on, then new ones as they are taken; ends once the job
         is over and every sample is given."""
+        ...
+
+
+@runtime_checkable
+class ScalarsEngine(Protocol):
+    """An engine whose replicas' TensorBoard directories it can read (core/scalars.py)."""
+
+    name: str
+
+    async def read_scalars(self, job_id: str, owner: str) -> ScalarsReport:
+        """Every replica's scalar series written so far."""
         ...

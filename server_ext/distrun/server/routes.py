@@ -10,6 +10,7 @@ from distrun.server.handlers import (
     LogsHandler,
 )
 from distrun.server.log_stream import LogStreamHandler
+from distrun.server.scalars import ScalarsHandler
 from distrun.server.sweeps import (
     MetricsHandler,
     SweepCancelHandler,
@@ -31,6 +32,7 @@ def routes() -> list[tuple[str, type[web.RequestHandler]]]:
         (job + r"/logs", LogsHandler),
         (job + r"/logs/stream", LogStreamHandler),
         (job + r"/usage", UsageHandler),
+        (job + r"/scalars", ScalarsHandler),
         (r"distrun/metrics", MetricsHandler),
         (r"distrun/sweeps", SweepsHandler),
         (sweep, SweepHandler),

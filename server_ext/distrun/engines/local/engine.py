@@ -33,6 +33,7 @@ from distrun.core.errors import EngineError, LimitExceeded, NotFound, SpecError
 from distrun.core.job import Job, JobState, TimelineEvent
 from distrun.core.logs import Cursor, JobUpdate, LogEvent, LogLine
 from distrun.core.restarts import restart_plan
+from distrun.core.scalars import ScalarsReport
 from distrun.core.spec import JobSpec, Limits, check_relative_path
 from distrun.core.tracebacks import TracebackGroup
 from distrun.core.usage import UsageReport, UsageUpdate, memory_limits
@@ -53,6 +54,7 @@ from distrun.engines.local.log_followers import LIVE_EDGE_LINES, Follower, close
 from distrun.engines.local.logstore import LogReader, partial_path, read_partial
 from distrun.engines.local.private_files import make_private_dir, write_private
 from distrun.engines.local.processes import kill_job_processes, process_start_time, start_clock
+from distrun.engines.local.scalars import read_scalars
 from distrun.engines.local.usage_store import UsageTail
 from distrun.engines.local.waiting_interpreters import supported as interpreters_supported
 from distrun.engines.local.warm_supervisor import WAIT_FLAG, WarmSupervisor
@@ -314,6 +316,10 @@ class LocalEngine:
         finally:
             self._unwatch(job_id)
             close_after(follower.reading, readers)
+
+    async def read_scalars(self, job_id: str, owner: str) -> ScalarsReport:
+        await self.get_job(job_id, owner)
+        return await asyncio.to_thread(read_scalars, self._files(job_id).tensorboard)
 
     async def read_usage(self, job_id: str, owner: str, *, since: int = 0) -> UsageReport:
         job, _ = await asyncio.to_thread(self._snapshot, job_id, owner)

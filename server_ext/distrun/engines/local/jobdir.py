@@ -34,6 +34,8 @@ class JobFiles:
         self.usage = usage_path(job_dir)  # the replicas' sampled usage (usage_store.py)
         # DISTRUN_CHECKPOINT_DIR: kept across the job's restarts (core/checkpoint_env.py).
         self.checkpoints = job_dir / "checkpoints"
+        # DISTRUN_TENSORBOARD_DIR: one directory a replica (core/scalars.py).
+        self.tensorboard = job_dir / "tensorboard"
 
 
 @dataclass

@@ -8,6 +8,7 @@ import time
 
 from distrun.core.checkpoint_env import checkpoint_env
 from distrun.core.replica_env import Address, Addresses, mpi_hostfile, replica_env
+from distrun.core.scalars import TENSORBOARD_DIR_ENV
 from distrun.engines.local.gpu_devices import Grant, grant_env, hide_gpus
 from distrun.engines.local.jobdir import JobFiles, Runtime, read_json, stored_spec
 from distrun.engines.local.private_files import write_private
@@ -90,7 +91,8 @@ class Launch:
     ) -> dict[str, str]:
         injected = replica_env(self.spec, self.job_id, name, addresses, hostfile_path=hostfile)
         checkpoints = checkpoint_env(str(self.files.checkpoints.resolve()), restart)
-        return {**os.environ, **injected, **checkpoints, **self._gpu_env(name)}
+        tensorboard = {TENSORBOARD_DIR_ENV: str((self.files.tensorboard / name).resolve())}
+        return {**os.environ, **injected, **checkpoints, **tensorboard, **self._gpu_env(name)}
 
     def _gpu_env(self, name: str) -> dict[str, str]:
         if self.gpus is None:
