@@ -21,6 +21,20 @@ const GROWING = [
   'for i in range(40): kept.append(bytearray(16 << 20)); print("step", i, flush=True); time.sleep(0.2)'
 ].join('\n');
 
+// torch's SummaryWriter, as training code writes it. TensorBoard's switch to its TensorFlow
+// stub first: TensorFlow is installed here too, and it aborts beside torch (observability.md).
+const SUMMARY_WRITER = [
+  '%framework=pytorch',
+  '%worker=1',
+  'import os, sys, types',
+  'sys.modules["tensorboard.compat.notf"] = types.ModuleType("notf")',
+  'from torch.utils.tensorboard import SummaryWriter',
+  'writer = SummaryWriter(os.environ["DISTRUN_TENSORBOARD_DIR"])',
+  'for step in range(6): writer.add_scalar("train/loss", 1.0 / (step + 1), step)',
+  'writer.close()',
+  'print("written", flush=True)'
+].join('\n');
+
 test.describe('Seeing what replicas do', () => {
   test.beforeEach(async ({ page, request }) => {
     await expectServerExtension(request);
@@ -103,5 +117,40 @@ test.describe('Seeing what replicas do', () => {
     await expect(
       job.locator('[data-test-id="distrun-job-status"]')
     ).toHaveAttribute('data-state', 'succeeded', { timeout: 60_000 });
+  });
+
+  test("a real SummaryWriter's scalars are plotted in the Metrics tab", async ({
+    page
+  }) => {
+    await page.notebook.setCell(0, 'code', SUMMARY_WRITER);
+    await page.notebook.selectCells(0);
+    await page.locator(RUN_BUTTON).click();
+    const job = firstCellJob(page);
+    await expect(
+      job.locator('[data-test-id="distrun-job-status"]')
+    ).toHaveAttribute('data-state', 'succeeded', { timeout: 120_000 });
+    const jobId = await job.getAttribute('data-job-id');
+    await page.evaluate(
+      id =>
+        (window as any).jupyterapp.commands.execute('distrun:open-logs', {
+          id
+        }),
+      jobId
+    );
+    const viewer = page.locator(
+      `[data-test-id="distrun-viewer"][data-job-id="${jobId}"]`
+    );
+    await viewer.locator('[data-test-id="distrun-viewer-tab-metrics"]').click();
+    const metric = viewer.locator('[data-test-id="distrun-viewer-metric"]');
+    await expect(metric.locator('option')).toContainText([
+      'train/loss (TensorBoard)'
+    ]);
+    await metric.selectOption('train/loss (TensorBoard)');
+    const chart = viewer.locator('[data-test-id="distrun-viewer-chart"]');
+    for (const replica of ['master-0', 'worker-0']) {
+      await expect(
+        chart.locator(`[data-series="${replica}"] circle`)
+      ).toHaveCount(6);
+    }
   });
 });

@@ -11,6 +11,7 @@ import {
   IJob,
   IJobList,
   IJobMetrics,
+  IScalarsReport,
   ISubmitCell,
   ISweep,
   REST_API_VERSION
@@ -85,6 +86,10 @@ export function listJobs(): Promise<IJobList> {
 
 export function getJob(id: string): Promise<IJob> {
   return requestAPI<IJob>(`jobs/${encodeURIComponent(id)}`);
+}
+
+export function getScalars(id: string): Promise<IScalarsReport> {
+  return requestAPI<IScalarsReport>(`jobs/${encodeURIComponent(id)}/scalars`);
 }
 
 export function submitCell(body: ISubmitCell): Promise<IJob> {

@@ -224,6 +224,13 @@ export interface ISweep {
   trials: ISweepTrial[];
 }
 
+/** `GET /distrun/jobs/{id}/scalars`: replica -> TensorBoard tag -> [step, value] points. */
+export interface IScalarsReport {
+  available: boolean;
+  reason: string | null;
+  replicas: Record<string, Record<string, [number, number][]>>;
+}
+
 export interface IJobMetrics {
   id: string;
   metrics: Record<string, number>;

@@ -19,6 +19,7 @@ import { Panel, Widget } from '@lumino/widgets';
 
 import { appendAnsi, plainText } from '../common/ansi';
 import { appendFrameLine } from '../common/sourceframes';
+import { ScalarsPoller } from './scalars';
 import { replicaColorIndex, replicaPrefix } from '../common/colors';
 import { formatStatus } from '../common/format';
 import { distrunIcon } from '../common/icons';
@@ -92,6 +93,14 @@ export class LogViewer extends Panel {
     this._metrics = new MetricsPanel(this._metricStore, this._trans, () =>
       this._replicaNames()
     );
+    this._scalars = new ScalarsPoller(
+      this.jobId,
+      this._metricStore,
+      () => this._metrics.refresh(),
+      () =>
+        this._end !== null ||
+        (this._job !== null && isTerminal(this._job.state))
+    );
 
     this._build();
     this._stream = connectJobStream(this.jobId, this._buffer, this._trans, {
@@ -132,6 +141,11 @@ export class LogViewer extends Panel {
     };
     for (const [name, pane] of Object.entries(panes)) {
       pane.setHidden(name !== tab);
+    }
+    if (tab === 'metrics') {
+      this._scalars.start();
+    } else {
+      this._scalars.stop();
     }
     for (const [name, button] of this._tabButtons) {
       button.setAttribute('aria-selected', String(name === tab));
@@ -175,6 +189,7 @@ export class LogViewer extends Panel {
       return;
     }
     this._stream.dispose();
+    this._scalars.dispose();
     cancelAnimationFrame(this._frame);
     window.clearTimeout(this._searchTimer);
     super.dispose();
@@ -715,6 +730,7 @@ export class LogViewer extends Panel {
   private readonly _live = new Widget();
   private readonly _list: VirtualList;
   private readonly _metrics: MetricsPanel;
+  private readonly _scalars: ScalarsPoller;
   private readonly _stream: JobStream;
   private readonly _logsPane = new Panel();
   private readonly _specPane = new Widget();

@@ -25,6 +25,7 @@
  */
 
 import { plainText } from '../common/ansi';
+import { IScalarsReport } from '../common/model';
 
 export interface IParsedLine {
   /** The training step the line reports, when it names one. */
@@ -143,6 +144,9 @@ function isAllCaps(key: string): boolean {
 /** Where a metric's point goes on the x axis: the step when one was seen, else the line. */
 export type XKind = 'step' | 'line';
 
+/** What a TensorBoard tag is called among the metrics read from lines. */
+export const TENSORBOARD_SUFFIX = ' (TensorBoard)';
+
 /** One metric of one replica over time. Points are thinned to at most `maxPoints`. */
 export class MetricSeries {
   constructor(
@@ -249,6 +253,29 @@ export class MetricStore {
     }
   }
 
+  /**
+   * Takes a job's TensorBoard scalars (the whole series each time, as the server reads them):
+   * each tag becomes the metric `<tag> (TensorBoard)`, on the step axis.
+   */
+  setScalars(replicas: IScalarsReport['replicas']): void {
+    for (const [replica, tags] of Object.entries(replicas)) {
+      for (const [tag, points] of Object.entries(tags)) {
+        const metric = `${tag}${TENSORBOARD_SUFFIX}`;
+        const series = new MetricSeries(
+          metric,
+          replica,
+          'step',
+          this.maxPoints
+        );
+        for (const [step, value] of points) {
+          series.add(step, value);
+        }
+        this._byReplica(metric).set(replica, series);
+      }
+    }
+    this._version++;
+  }
+
   /** Metric names in the order they were first seen. */
   metrics(): string[] {
     return [...this._byMetric.keys()];
@@ -274,11 +301,7 @@ export class MetricStore {
     replica: string,
     hasStep: boolean
   ): MetricSeries {
-    let byReplica = this._byMetric.get(metric);
-    if (!byReplica) {
-      byReplica = new Map();
-      this._byMetric.set(metric, byReplica);
-    }
+    const byReplica = this._byReplica(metric);
     let series = byReplica.get(replica);
     if (!series) {
       series = new MetricSeries(
@@ -290,6 +313,15 @@ export class MetricStore {
       byReplica.set(replica, series);
     }
     return series;
+  }
+
+  private _byReplica(metric: string): Map<string, MetricSeries> {
+    let byReplica = this._byMetric.get(metric);
+    if (!byReplica) {
+      byReplica = new Map();
+      this._byMetric.set(metric, byReplica);
+    }
+    return byReplica;
   }
 
   private readonly _byMetric = new Map<string, Map<string, MetricSeries>>();

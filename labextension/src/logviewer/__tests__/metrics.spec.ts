@@ -282,3 +282,38 @@ describe('metrics of lines still being written', () => {
     expect(progressFraction('version 1/2/3')).toBe(0);
   });
 });
+
+describe('MetricStore.setScalars', () => {
+  it("plots each TensorBoard tag on the step axis beside the lines' metrics", () => {
+    const store = new MetricStore();
+    store.addLine('worker-0', 0, 'step 1 loss=0.5');
+    const before = store.version;
+    store.setScalars({
+      'worker-0': {
+        'train/loss': [
+          [0, 1],
+          [1, 0.5]
+        ]
+      },
+      'worker-1': { 'train/loss': [[0, 2]] }
+    });
+    expect(store.version).toBeGreaterThan(before);
+    expect(store.metrics()).toEqual(['loss', 'train/loss (TensorBoard)']);
+    const series = store.series('train/loss (TensorBoard)');
+    expect(series.map(s => [s.replica, s.xKind, s.xs, s.ys])).toEqual([
+      ['worker-0', 'step', [0, 1], [1, 0.5]],
+      ['worker-1', 'step', [0], [2]]
+    ]);
+    // The next answer is the whole series again: it replaces, never doubles.
+    store.setScalars({
+      'worker-0': {
+        'train/loss': [
+          [0, 1],
+          [1, 0.5],
+          [2, 0.25]
+        ]
+      }
+    });
+    expect(store.series('train/loss (TensorBoard)')[0].xs).toEqual([0, 1, 2]);
+  });
+});
