@@ -17,14 +17,21 @@ import json
 import os
 import pickle
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from distrun.core.checkpoint_env import CHECKPOINT_DIR_ENV, RESTART_ENV, RESUMED_FILE
+from distrun.core.checkpoint_env import (
+    CHECKPOINT_DIR_ENV,
+    IMPORTS_FILE,
+    RESTART_ENV,
+    RESUMED_FILE,
+)
 
 _NAME = re.compile(r"^step-(\d{12})\.ckpt\Z")
 _TEMPORARY_PREFIX = ".partial-"
+_recorded_imports = 0  # how many modules this process had when it last recorded them
 
 
 def directory(path: str | os.PathLike[str] | None = None) -> Path:
@@ -71,6 +78,7 @@ def save(
     for old in complete(folder)[:-keep]:
         with contextlib.suppress(FileNotFoundError):
             old.unlink()
+    _record_imports(folder)
     return final
 
 
@@ -115,6 +123,40 @@ def _note_resumed(folder: Path, step: int) -> None:
     line = json.dumps({**entry, "step": step}) + "\n"
     with contextlib.suppress(OSError), open(folder / RESUMED_FILE, "a") as file:
         file.write(line)
+
+
+def _record_imports(folder: Path) -> None:
+    """Notes the modules this process imported (once, and again whenever it imported more), so
+    that the job's next attempt can start in interpreters that imported them ahead."""
+    global _recorded_imports
+    if len(sys.modules) <= _recorded_imports:
+        return
+    _recorded_imports = len(sys.modules)
+    temporary = folder / f"{_TEMPORARY_PREFIX}{IMPORTS_FILE}.{os.getpid()}"
+    with contextlib.suppress(OSError):
+        temporary.write_text(json.dumps(_imported_modules()))
+        os.replace(temporary, folder / IMPORTS_FILE)
+
+
+def _imported_modules() -> list[list[str]]:
+    """[name, file] of every module imported from a file (not frozen or built in), in import
+    order, but the program's
+    own (those under its script's directory or the working directory): what importing them by
+    name again, from the same sys.path, loads from the same files."""
+    own = [os.path.realpath(os.getcwd())]
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if isinstance(main_file, str):
+        own.append(os.path.dirname(os.path.realpath(main_file)))
+    found = []
+    for name, module in list(sys.modules.items()):
+        spec = getattr(module, "__spec__", None)
+        file = getattr(module, "__file__", None)
+        if spec is None or spec.name != name or not spec.has_location or not isinstance(file, str):
+            continue
+        real = os.path.realpath(file)
+        if not any(real.startswith(directory + os.sep) for directory in own):
+            found.append([name, file])
+    return found
 
 
 def _dump(state: Any, file: Any) -> None:

@@ -32,6 +32,7 @@ SEED = int(os.environ.get("DISTRUN_CHAOS_SEED", "20261126"))
 STARTS_RE = re.compile(r"^rank 0 starts at step (\d+) \(restart (\d+)\)$")
 STEP_RE = re.compile(r"^step (\d+) loss=")
 SHA_RE = re.compile(r"^weights_sha=([0-9a-f]{64})$")
+AHEAD_RE = re.compile(r"^\[distrun\] \S+ starts in an interpreter that imported the job's \d+ ")
 
 
 @pytest.fixture
@@ -131,4 +132,9 @@ async def test_three_random_kills_recover_to_the_undisturbed_runs_exact_weights(
     resumed = [e.step for e in final.timeline if e.kind == "resumed"]
     assert len(resumed) == KILLS, (resumed, killed)
     assert final_shas(printed) == expected, f"kills {killed}\n{describe(printed)}"
+    # From the second restart on, the job's imports were recorded one attempt ahead: every
+    # replica restarts in an interpreter that imported them (restart_interpreters.py), and the
+    # weights above are still exactly the undisturbed run's.
+    ahead = {r: sum(AHEAD_RE.match(line) is not None for line in printed[r]) for r in printed}
+    assert all(count >= KILLS - 1 for count in ahead.values()), (ahead, describe(printed))
     assert last.state == JobState.SUCCEEDED

@@ -7,7 +7,13 @@ import socket
 import time
 
 from distrun.core.checkpoint_env import checkpoint_env
-from distrun.core.replica_env import Address, Addresses, mpi_hostfile, replica_env
+from distrun.core.replica_env import (
+    Address,
+    Addresses,
+    mpi_hostfile,
+    operator_env,
+    replica_env,
+)
 from distrun.core.scalars import TENSORBOARD_DIR_ENV
 from distrun.engines.local.gpu_devices import Grant, grant_env, hide_gpus
 from distrun.engines.local.jobdir import JobFiles, Runtime, read_json, stored_spec
@@ -85,6 +91,20 @@ class Launch:
         addresses = _loopback_addresses(names)
         hostfile = self._write_hostfile(addresses)
         return {name: self._replica_env(name, addresses, hostfile, restart) for name in names}
+
+    def ahead_envs(self, restart: int) -> dict[str, dict[str, str]]:
+        """Every replica's environment for run number `restart` as far as it is known ahead:
+        `attempt_envs` (which writes the hostfile) gives that run its ports when it starts."""
+        names = self.spec.replica_names()
+        addresses = {name: Address("127.0.0.1", 0) for name in names}
+        hostfile = str(self.files.dir / "hostfile") if self.spec.framework == "mpi" else None
+        return {name: self._replica_env(name, addresses, hostfile, restart) for name in names}
+
+    def address_names(self, name: str) -> frozenset[str]:
+        """The variables of replica `name` that carry the replicas' addresses (which change
+        with every run's ports)."""
+        addresses = {other: Address("127.0.0.1", 0) for other in self.spec.replica_names()}
+        return frozenset(operator_env(self.spec, self.job_id, name, addresses))
 
     def _replica_env(
         self, name: str, addresses: Addresses, hostfile: str | None, restart: int

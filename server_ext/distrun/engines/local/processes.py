@@ -48,12 +48,15 @@ def process_start_time(pid: int, clock: str | None = None) -> int | None:
     return int(fields[19])
 
 
-def kill_job_processes(job_id: str, mark: str | None = None) -> int:
+def kill_job_processes(
+    job_id: str, mark: str | None = None, keep: frozenset[int] = frozenset()
+) -> int:
     """SIGKILLs every process of the job that outlived its replica's process group (one
     started with `setsid`, say): every process that carries DISTRUN_JOB_ID=job_id in its
     environment, as a pod's end would stop everything in its container, or, where the job's
     supervisor started replica interpreters ahead (waiting_interpreters.py, Linux only), their
-    `mark`. Scans again until none is left, since one may fork meanwhile; returns how many were
+    `mark`, but the processes in `keep` (the next attempt's interpreters, which carry the job's
+    id). Scans again until none is left, since one may fork meanwhile; returns how many were
     killed."""
     linux = capabilities.current()
     if not (linux.proc and linux.pidfd):
@@ -67,7 +70,7 @@ def kill_job_processes(job_id: str, mark: str | None = None) -> int:
     for _ in range(10):
         found = 0
         for pid in _pids():
-            found += _kill_if_marked(pid, markers)
+            found += pid not in keep and _kill_if_marked(pid, markers)
         killed += found
         if not found:
             break

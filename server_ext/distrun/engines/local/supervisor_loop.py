@@ -12,6 +12,7 @@ import time
 import traceback
 from collections import deque
 
+from distrun.core.checkpoint_env import IMPORTS_FILE
 from distrun.core.errors import EngineError
 from distrun.core.frameworks import FRAMEWORKS
 from distrun.core.job import JobState, ReplicaStatus, TimelineEvent
@@ -39,6 +40,7 @@ from distrun.engines.local.processes import (
     oom_kills,
     spawn_replica,
 )
+from distrun.engines.local.restart_interpreters import RestartInterpreters, recorded_modules
 from distrun.engines.local.usage_sampler import UsageSampler
 from distrun.engines.local.usage_store import UsageWriter
 
@@ -53,6 +55,9 @@ SUCCESS_DRAIN_SECONDS = 2.0
 # Roles that serve until stopped: never waited for.
 _SERVING_ROLES = frozenset({"ps"})
 _TRACEBACK_MARK = TRACEBACK_START.encode()
+# How often the supervisor of a job that restarts looks for the modules its code recorded, to
+# start the next attempt's interpreters with them imported (restart_interpreters.py).
+_IMPORTS_POLL_SECONDS = 0.25
 
 
 def run(launch: Launch) -> int:
@@ -159,6 +164,8 @@ class Supervisor:
         self._exits = ExitWatcher(self._on_exit)  # used where pidfds are not
         self._memory_limits = memory_limits(self.spec)
         self._sampling: asyncio.Task[None] | None = None
+        self._ahead: RestartInterpreters | None = None  # for the next restart
+        self._preparing: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -174,10 +181,13 @@ class Supervisor:
         self._start_sampling()
         await self._attach_all()
         self.launch.close_interpreters()
+        if self.plan.scope == "job" and self.plan.limit > 0:
+            self._preparing = loop.create_task(self._prepare_restarts())
         if self.spec.active_deadline_seconds is not None:
             loop.call_later(self.spec.active_deadline_seconds, self._on_deadline)
         self._write_status()
         await self._outcome
+        self._close_ahead()
         await self._stop_all()
         if self._sampling is not None:
             self._sampling.cancel()
@@ -208,12 +218,56 @@ class Supervisor:
                 self._not_started(replica, launch.failed[1])
 
     def _start(self, replica: _Replica) -> None:
+        argv = self.runtime.argv()
+        spawned = self._hand_over_ahead(replica, argv)
         try:
-            spawned = spawn_replica(self.runtime.argv(), self.files.code, replica.env)
+            spawned = spawned or spawn_replica(argv, self.files.code, replica.env)
         except OSError as error:
             self._not_started(replica, error)
             return
         self._attach(replica, spawned)
+
+    def _hand_over_ahead(self, replica: _Replica, argv: list[str]) -> Spawned | None:
+        """Replica's process from the interpreters started ahead of this restart, if one
+        fits."""
+        ahead, name = self._ahead, replica.status.name
+        if ahead is None or ahead.restart != self.restarts:
+            return None
+        interpreter = ahead.take(name, argv, replica.env, self.launch.address_names(name))
+        spawned = interpreter.hand_over(argv, self.files.code, replica.env) if interpreter else None
+        if spawned is not None:
+            replica.note(
+                f"[distrun] {name} starts in an interpreter that imported the job's "
+                f"{ahead.modules} modules ahead"
+            )
+        return spawned
+
+    async def _prepare_restarts(self) -> None:
+        """Keeps interpreters that imported what the job imports ready for its next restart,
+        once its code recorded its imports (restart_interpreters.py)."""
+        record = self.files.checkpoints / IMPORTS_FILE
+        while self._outcome is not None and not self._outcome.done():
+            if self._ahead is None and self._restarting is None and self.restarts < self.plan.limit:
+                modules = recorded_modules(record)
+                if modules is not None:
+                    restart = self.restarts + 1
+                    self._ahead = RestartInterpreters.start(
+                        restart,
+                        self.runtime.argv(),
+                        self.files.code,
+                        self.launch.ahead_envs(restart),
+                        modules,
+                    )
+                    if self._ahead is None:
+                        return  # not here
+            await asyncio.sleep(_IMPORTS_POLL_SECONDS)
+
+    def _close_ahead(self) -> None:
+        if self._preparing is not None:
+            self._preparing.cancel()
+        if self._ahead is not None:
+            self._ahead.close()
+            self._ahead = None
 
     def _not_started(self, replica: _Replica, error: OSError) -> None:
         replica.note(f"[distrun] could not start {replica.status.name}: {error}")
@@ -407,7 +461,13 @@ class Supervisor:
             if self._outcome is None or self._outcome.done():  # cancelled meanwhile
                 return
             # Anything an earlier attempt left behind outside its process groups goes too.
-            kill_job_processes(self.job_id, self.launch.mark)
+            ahead = self._ahead
+            keep = ahead.pids() if ahead is not None else frozenset()
+            kill_job_processes(self.job_id, self.launch.mark, keep)
+            if ahead is not None and ahead.restart == self.restarts:
+                await ahead.ready()
+                if self._outcome.done():
+                    return
             envs = self.launch.attempt_envs(self.restarts)
             self.status.attempt = self.restarts + 1
             self._oom_kills = oom_kills()
@@ -419,6 +479,9 @@ class Supervisor:
                 if self._outcome.done():  # one could not start
                     break
         finally:
+            if self._ahead is not None:
+                self._ahead.close()  # those not taken; the next restart gets new ones
+                self._ahead = None
             self._restarting = None
         self._write_status()
 
@@ -612,6 +675,7 @@ def _signal_group(replica: _Replica, signum: int) -> None:
 def _record_crash(supervisor: Supervisor, error: BaseException) -> None:
     """The supervisor itself failed: stop its replicas and say so in status.json."""
     supervisor.launch.close_interpreters()
+    supervisor._close_ahead()
     for replica in supervisor.replicas.values():
         if replica.process is not None and replica.process.poll() is None:
             _signal_group(replica, signal.SIGKILL)

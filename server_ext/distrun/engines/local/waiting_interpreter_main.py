@@ -23,6 +23,16 @@ compiled as Python compiles a script. An uncaught exception is printed by `sys.e
 without this file's frame, then raised on so that the exit status is what Python gives (1, or
 death by SIGINT for KeyboardInterrupt), with the hook silenced for that second report;
 SystemExit goes straight through.
+
+Started with a third fd (`python <this file> <control fd> <report fd> <preload fd>`: the next
+attempt's interpreter of a job that restarts, restart_interpreters.py), it first reads from
+that fd the job's working directory, its script and the modules its previous attempt imported
+(NUL-separated: directory, script, then name and file pairs), enters the script's place (the
+working directory, `sys.argv`, `sys.path[0]` and a fresh `__main__`, as a cold start has them
+when the script's first line runs) and imports each module there, checking that it comes from
+the same file; the environment changes the imports made are kept when the job's environment
+replaces this process's. A failed import or another file ends the preload: its report is then
+the one pair ("", what went wrong), and no job is handed to it.
 """
 
 import os
@@ -130,15 +140,28 @@ def _named_directories(directory: str, pth: str) -> "list[str]":
 
 def _module_files() -> "list[str]":
     """The file of every module loaded as the interpreter started (site, what .pth files
-    imported, sitecustomize, usercustomize) and the directories of namespace packages."""
+    imported, sitecustomize, usercustomize, and what a preload imported) and the directories
+    of packages. Read from each module's own namespace: some (torch.ops) make up attributes
+    asked of them."""
     found = []
+    main = sys.modules.get("__main__")
     for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if isinstance(path, str) and path != __file__:
+        # This file, or the job's script once a preload entered it (multiprocessing names it
+        # __mp_main__ too).
+        if module is main:
+            continue
+        try:
+            namespace = vars(module)
+        except TypeError:
+            continue
+        path = namespace.get("__file__")
+        if isinstance(path, str):
             found.append(_existing(os.path.abspath(path)))
-        for entry in getattr(module, "__path__", None) or []:
-            if isinstance(entry, str):
-                found.append(entry)
+        entries = namespace.get("__path__")
+        if entries is not None and (
+            isinstance(entries, list) or type(entries).__name__ == "_NamespacePath"
+        ):
+            found += [entry for entry in entries if isinstance(entry, str)]
     return found
 
 
@@ -194,31 +217,64 @@ def _read_job(fd: int) -> "list[str] | None":
     return [os.fsdecode(field) for field in data.split(b"\0")[:-1]] if data else None
 
 
-def _become(
-    fields: "list[str]", added_at_start_up: "dict[str, str]"
-) -> "tuple[str, dict[str, object]]":
-    """Becomes the job's program, as far as it can before running it; returns the script's
-    path (as its tracebacks name it) and its `__main__`'s namespace."""
-    cwd, count = fields[0], int(fields[1])
-    argv, entries = fields[2 : 2 + count], fields[2 + count :]
+def _preload(fd: int) -> "str | None":
+    """Enters the job's script's place and imports the modules named on `fd` (see the
+    module's doc); what went wrong, or None."""
+    fields = _read_job(fd) or []
+    if len(fields) < 2 or len(fields) % 2:
+        return "no preload came"
+    _enter(fields[0], fields[1])
+    for name, file in zip(fields[2::2], fields[3::2]):  # noqa: B905  (3.6: no strict)
+        try:
+            __import__(name)
+        except Exception as error:  # noqa: BLE001  (the next attempt starts cold instead)
+            return f"importing {name} failed: {error!r}"
+        found = getattr(sys.modules.get(name), "__file__", None)
+        if found != file:
+            return f"{name} is {found} here, {file} in the job"
+    return None
+
+
+def _enter(cwd: str, script_argument: str) -> str:
+    """Takes the place of `python <script_argument>` started in `cwd`: the working directory,
+    sys.argv, sys.path[0] and a fresh `__main__` (kept when entered again for the same script);
+    returns the script's path as its tracebacks name it."""
     os.chdir(cwd)
-    os.environ.clear()
-    os.environ.update(entry.partition("=")[::2] for entry in entries)
-    os.environ.update(added_at_start_up)
     # Python 3.9 made a script's __file__ absolute; it was the path as given before.
-    script = os.path.abspath(argv[1]) if sys.version_info >= (3, 9) else argv[1]
-    sys.argv = argv[1:]
-    if hasattr(sys, "orig_argv"):
-        sys.orig_argv = argv
+    script = os.path.abspath(script_argument) if sys.version_info >= (3, 9) else script_argument
+    sys.argv = [script_argument]
     if not getattr(sys.flags, "safe_path", False):  # PYTHONSAFEPATH: no script directory
         sys.path[0] = os.path.dirname(os.path.realpath(script))
+    entered = sys.modules.get("__main__")
+    if getattr(entered, "__file__", None) == script:
+        return script
     main = type(sys)("__main__")
     loader = type(_AT_START["__loader__"])("__main__", script)
     vars(main).update(_AT_START, __doc__=None, __file__=script, __loader__=loader)
     if "__annotations__" in _AT_START:
         main.__annotations__ = {}  # not this file's
     sys.modules["__main__"] = main
-    return script, vars(main)
+    return script
+
+
+def _become(
+    fields: "list[str]", added: "dict[str, str]", removed: "list[str]"
+) -> "tuple[str, dict[str, object]]":
+    """Becomes the job's program, as far as it can before running it (the job's environment,
+    then what this process's start and preload `added` and `removed`); returns the script's
+    path (as its tracebacks name it) and its `__main__`'s namespace."""
+    cwd, count = fields[0], int(fields[1])
+    argv, entries = fields[2 : 2 + count], fields[2 + count :]
+    os.environ.clear()
+    os.environ.update(entry.partition("=")[::2] for entry in entries)
+    os.environ.update(added)
+    for name in removed:
+        os.environ.pop(name, None)
+    script = _enter(cwd, argv[1])
+    sys.argv = argv[1:]
+    if hasattr(sys, "orig_argv"):
+        sys.orig_argv = argv
+    return script, vars(sys.modules["__main__"])
 
 
 def _report_uncaught(error: BaseException) -> None:
@@ -232,14 +288,25 @@ def _report_uncaught(error: BaseException) -> None:
     sys.excepthook = lambda *_: None
 
 
+def _report_failure(fd: int, reason: str) -> None:
+    os.write(fd, os.fsencode("\0" + reason + "\0")[:60000])
+    os.close(fd)
+
+
 if __name__ == "__main__":
+    _fds = [int(argument) for argument in sys.argv[1:]]  # the preload replaces sys.argv
     _at_exec = _environ_at_exec()
+    _failed = _preload(_fds[2]) if len(_fds) > 2 else None
     _added = {name: value for name, value in os.environ.items() if _at_exec.get(name) != value}
-    _report(int(sys.argv[2]))
-    _job = _read_job(int(sys.argv[1]))
-    if _job is None:
+    _removed = [name for name in _at_exec if name not in os.environ]
+    if _failed is not None:
+        _report_failure(_fds[1], _failed)
+    else:
+        _report(_fds[1])
+    _job = _read_job(_fds[0])
+    if _job is None or _failed is not None:
         os._exit(0)  # no job came: the supervisor ended it
-    _script, _main = _become(_job, _added)
+    _script, _main = _become(_job, _added, _removed)
     try:
         with open(_script, "rb") as _file:
             _source = _file.read()

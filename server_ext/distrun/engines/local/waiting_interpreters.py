@@ -117,32 +117,40 @@ class WaitingInterpreter:
     report_pipe: int  # where its StartUpReport comes from
     started_ns: int  # time.time_ns() just before it started
     report: StartUpReport | None = None  # once read
+    _partial_report: bytes = b""  # what `reported` has read of it so far
 
     @classmethod
-    def start(cls, python: str, env: Mapping[str, str], mark: str) -> "WaitingInterpreter":
+    def start(
+        cls, python: str, env: Mapping[str, str], mark: str | None, preload: bytes | None = None
+    ) -> "WaitingInterpreter":
         """Starts one as a replica starts (spawn_replica: its own process group, dying with
-        this process); raises OSError where it cannot."""
+        this process), with `mark` in its environment, and given `preload` (the job's place and
+        the modules to import first: waiting_interpreter_main's third fd) where there is one;
+        raises OSError where it cannot."""
         if not supported():
             raise OSError(
                 "no interpreter is started ahead here: see waiting_interpreters.supported"
             )
         job_end, control = os.pipe()
         report_pipe, report_end = os.pipe()
+        fds = [job_end, report_end]
+        if preload is not None:
+            fds.append(_file_holding(preload))
         started_ns = time.time_ns()
         try:
             spawned = spawn_replica(
-                [python, str(_PROGRAM), str(job_end), str(report_end)],
+                [python, str(_PROGRAM), *(str(fd) for fd in fds)],
                 Path.cwd(),  # it moves to the job's directory when it gets the job
-                {**env, MARK: mark},
-                pass_fds=(job_end, report_end),
+                {**env, MARK: mark} if mark is not None else dict(env),
+                pass_fds=tuple(fds),
             )
         except OSError:
             os.close(control)
             os.close(report_pipe)
             raise
         finally:
-            os.close(job_end)
-            os.close(report_end)
+            for fd in fds:
+                os.close(fd)
         return cls(
             python,
             start_up_values(env),
@@ -166,13 +174,36 @@ class WaitingInterpreter:
 
     def changed(self) -> str | None:
         """What its start read that a cold start now would find otherwise (waiting for its
-        report while it still starts): a path, "its start" when it never reported, or None."""
+        report while it still starts): a path, "its start" when it never reported, "its
+        preload: ..." when that failed, or None."""
         if self.report is None:
             data = _read_to_end(self.report_pipe, time.monotonic() + REPORT_WAIT_SECONDS)
             if data is None:
                 return "its start"
             self.report = StartUpReport.parse(data)
+        failed = self.report.inputs.get("")
+        if failed is not None:
+            return f"its preload: {failed}"
         return self.report.changed(self.started_ns)
+
+    def reported(self) -> bool:
+        """Reads what its report pipe has now, without waiting; whether the report is whole
+        (or will never come: `changed` then says so)."""
+        if self.report is not None:
+            return True
+        while True:
+            try:
+                chunk = os.read(self.report_pipe, 65536)
+            except BlockingIOError:
+                return False
+            except OSError:
+                chunk = b""
+            if not chunk:
+                if not self._partial_report:
+                    return True  # none came: `changed` says "its start" at once
+                self.report = StartUpReport.parse(self._partial_report)
+                return True
+            self._partial_report += chunk
 
     def hand_over(self, argv: list[str], cwd: Path, env: Mapping[str, str]) -> Spawned | None:
         """Gives it the replica to run; None when it had died (start the replica cold)."""
@@ -247,6 +278,17 @@ class WaitingInterpreters:
         for interpreter in self._waiting:
             interpreter.close()
         self._waiting.clear()
+
+
+def _file_holding(data: bytes) -> int:
+    """A descriptor of an anonymous file that holds `data`, read from its start (a preload is
+    a few hundred KiB: more than a pipe's buffer)."""
+    fd = os.memfd_create("distrun-preload")
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _read_to_end(fd: int, deadline: float) -> bytes | None:
