@@ -7,11 +7,14 @@ measured in the same run:
    first step of the restarted run), beside submit -> first step of a fresh job;
 3. goodput (useful steps / wall time) of a training run with 3 injected failures (SIGKILL of
    a random replica, each after a random quarter to half of the training time of its run, the
-   same failures for both) against the same run undisturbed (goal >= 0.85), and against
-   restarting the job from scratch (no checkpoint: what users have without them).
+   same failures for every disturbed run) against the same run undisturbed (goal >= 0.85):
+   restarted in interpreters that imported the job's modules ahead (restart_interpreters.py),
+   restarted cold (an engine with no interpreters ahead, `waiting_interpreters=0`: what the
+   engine did before), and restarting the job from scratch (no checkpoint: what users have
+   without them).
 
     python benchmarks/bench_recovery.py [--repeat 5] [--steps 400] [--step-seconds 0.1]
-        [--no-training]
+        [--no-training] [--runs 1]
 """
 
 import argparse
@@ -166,6 +169,7 @@ async def main() -> None:
     parser.add_argument("--step-seconds", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=32)
     parser.add_argument("--no-training", action="store_true", help="part 1 only (no torch)")
+    parser.add_argument("--runs", type=int, default=1, help="repeat part 2 and 3 (spread)")
     args = parser.parse_args()
     require_local_engine()
     if not args.no_training:
@@ -176,7 +180,10 @@ async def main() -> None:
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as state:
         # nice=0: on a shared, busy machine niced replicas importing torch would starve.
-        engine = LocalEngine(Path(state), Limits(), grace_seconds=1.0, nice=0)
+        engine = LocalEngine(Path(state) / "ahead", Limits(), grace_seconds=1.0, nice=0)
+        cold = LocalEngine(
+            Path(state) / "cold", Limits(), grace_seconds=1.0, nice=0, waiting_interpreters=0
+        )
         try:
             fresh, restarts = await restart_latency(engine, args.repeat)
             print(f"1. whole-job restart of 3 replicas, {args.repeat} times (median):")
@@ -184,37 +191,46 @@ async def main() -> None:
             print(f"   baseline: submit -> every replica running {ms(median(fresh))}")
             if args.no_training:
                 return
-
-            # The same failures for both disturbed runs: a random replica, after a random
-            # quarter to half of the run's training time in each run.
-            training = args.steps * args.step_seconds
-            offsets = [rng.uniform(0.25, 0.5) * training for _ in range(3)]
-            victims = [rng.choice(REPLICAS) for _ in range(3)]
-            runs = {}
-            for name, checkpoints, kills in (
-                ("undisturbed", True, 0),
-                ("3 failures, checkpoints", True, 3),
-                ("3 failures, from scratch", False, 3),
-            ):
-                spec = training_spec(args.steps, args.step_seconds, checkpoints, kills)
-                final, wall, resumed, first = await train(
-                    engine, spec, offsets[:kills], victims[:kills]
-                )
-                if final.state != JobState.SUCCEEDED:
-                    raise SystemExit(f"{name}: the job {final.state.value}: {final.reason}")
-                runs[name] = (wall, resumed, first)
-            base_wall, _, base_first = runs["undisturbed"]
-            _, resumed, _ = runs["3 failures, checkpoints"]
-            print(f"2. DDP over gloo, 3 replicas, {args.steps} steps of >= {args.step_seconds} s:")
-            print(
-                f"   failure -> training resumed at the checkpoint {ms(median(resumed))} (median)"
-            )
-            print(f"   baseline: submit -> first step of a fresh job {ms(base_first)}")
-            print("3. goodput (the same useful steps / wall time), against undisturbed:")
-            for name, (wall, _, _) in runs.items():
-                print(f"   {name:26s} {wall:7.1f} s  goodput {base_wall / wall:5.2f}")
+            for run in range(args.runs):
+                print(f"run {run + 1} of {args.runs}, load average {os.getloadavg()[0]:.2f}")
+                await training_runs(engine, cold, args, rng)
         finally:
             await engine.close()
+            await cold.close()
+
+
+async def training_runs(
+    engine: LocalEngine, cold: LocalEngine, args: argparse.Namespace, rng: random.Random
+) -> None:
+    """Parts 2 and 3: the same failures for every disturbed run, a random replica after a
+    random quarter to half of the run's training time in each run."""
+    training = args.steps * args.step_seconds
+    offsets = [rng.uniform(0.25, 0.5) * training for _ in range(3)]
+    victims = [rng.choice(REPLICAS) for _ in range(3)]
+    runs = {}
+    for name, on, checkpoints, kills in (
+        ("undisturbed", engine, True, 0),
+        ("3 failures, ahead", engine, True, 3),
+        ("3 failures, cold restarts", cold, True, 3),
+        ("3 failures, from scratch", cold, False, 3),
+    ):
+        spec = training_spec(args.steps, args.step_seconds, checkpoints, kills)
+        final, wall, resumed, first = await train(on, spec, offsets[:kills], victims[:kills])
+        if final.state != JobState.SUCCEEDED:
+            raise SystemExit(f"{name}: the job {final.state.value}: {final.reason}")
+        runs[name] = (wall, resumed, first)
+    base_wall, _, base_first = runs["undisturbed"]
+    print(f"2. DDP over gloo, 3 replicas, {args.steps} steps of >= {args.step_seconds} s:")
+    for name in ("3 failures, ahead", "3 failures, cold restarts"):
+        resumed = runs[name][1]
+        print(
+            f"   {name}: failure -> training resumed at the checkpoint "
+            f"{ms(median(resumed))} (median; {', '.join(ms(r) for r in resumed)})"
+        )
+    print(f"   baseline: submit -> first step of a fresh job {ms(base_first)}")
+    print("3. goodput (the same useful steps / wall time), against undisturbed:")
+    for name, (wall, _, _) in runs.items():
+        print(f"   {name:26s} {wall:7.1f} s  goodput {base_wall / wall:5.2f}")
 
 
 if __name__ == "__main__":

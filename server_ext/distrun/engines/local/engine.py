@@ -121,7 +121,9 @@ class LocalEngine:
         next job's supervisor started and waiting (warm_supervisor.py), from the first
         submission or `prepare()` on; `waiting_interpreters`: at most how many replica
         interpreters it starts ahead of the job (waiting_interpreters.py): as many as the last
-        job had replicas, one before the first job; 0: none; `usage_interval`: seconds between
+        job had replicas, one before the first job, and for a job that restarts as a whole, one
+        per replica ahead of each restart with the job's modules imported
+        (restart_interpreters.py); 0: none; `usage_interval`: seconds between
         two samples of each replica's CPU, memory and GPUs (usage_sampler.py), which is also
         how soon a replica over its `memory` limit is killed; 0: no sampling, no limit."""
         if gpu_discovery not in gpu_devices.DISCOVERY:
@@ -449,6 +451,7 @@ class LocalEngine:
             self.limits.max_log_line_bytes,
             self.nice,
             self.usage_interval,
+            restart_ahead=self.waiting_interpreters > 0,
         )
         job = {
             "id": files.dir.name,

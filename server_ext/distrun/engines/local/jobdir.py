@@ -50,6 +50,9 @@ class Runtime:
     # Seconds between two samples of the replicas' usage (usage_sampler.py); 0: none, and no
     # memory limit enforced. Jobs submitted before sampling existed have none.
     usage_interval: float = 0.0
+    # Whether a whole-job restart may start in interpreters that imported the job's modules
+    # ahead (restart_interpreters.py); jobs submitted before they existed: no.
+    restart_ahead: bool = False
 
     def argv(self) -> list[str]:
         return entrypoint_argv(self.python, self.entrypoint)

@@ -181,7 +181,7 @@ class Supervisor:
         self._start_sampling()
         await self._attach_all()
         self.launch.close_interpreters()
-        if self.plan.scope == "job" and self.plan.limit > 0:
+        if self.plan.scope == "job" and self.plan.limit > 0 and self.runtime.restart_ahead:
             self._preparing = loop.create_task(self._prepare_restarts())
         if self.spec.active_deadline_seconds is not None:
             loop.call_later(self.spec.active_deadline_seconds, self._on_deadline)
