@@ -114,6 +114,28 @@ test.describe('Seeing what replicas do', () => {
         { timeout: 60_000, intervals: [500] }
       )
       .toBeGreaterThanOrEqual(3);
+    // The log viewer's Usage tab plots the same samples, memory per replica over time.
+    const jobId = await job.getAttribute('data-job-id');
+    await page.evaluate(
+      id =>
+        (window as any).jupyterapp.commands.execute('distrun:open-logs', {
+          id
+        }),
+      jobId
+    );
+    const viewer = page.locator(
+      `[data-test-id="distrun-viewer"][data-job-id="${jobId}"]`
+    );
+    await viewer.locator('[data-test-id="distrun-viewer-tab-usage"]').click();
+    await viewer
+      .locator('[data-test-id="distrun-viewer-usage-measure"]')
+      .selectOption('memory (MiB, resident)');
+    const points = viewer.locator(
+      '[data-test-id="distrun-viewer-usage-chart"] [data-series="worker-0"] circle'
+    );
+    await expect
+      .poll(() => points.count(), { timeout: 30_000 })
+      .toBeGreaterThanOrEqual(3);
     await expect(
       job.locator('[data-test-id="distrun-job-status"]')
     ).toHaveAttribute('data-state', 'succeeded', { timeout: 60_000 });

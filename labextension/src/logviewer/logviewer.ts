@@ -20,6 +20,7 @@ import { Panel, Widget } from '@lumino/widgets';
 import { appendAnsi, plainText } from '../common/ansi';
 import { appendFrameLine } from '../common/sourceframes';
 import { ScalarsPoller } from './scalars';
+import { UsageStore } from './usagestore';
 import { replicaColorIndex, replicaPrefix } from '../common/colors';
 import { formatStatus } from '../common/format';
 import { distrunIcon } from '../common/icons';
@@ -27,7 +28,7 @@ import { LogBuffer } from '../common/logbuffer';
 import { DEFAULT_CAPACITY, LogStore, LogView } from './logstore';
 import { MetricStore } from './metrics';
 import { MetricsPanel } from './metricspanel';
-import { IJob, isTerminal, LogTuple } from '../common/model';
+import { IJob, isTerminal, IUsageSample, LogTuple } from '../common/model';
 import { cellFromSpec } from '../common/specheader';
 import { connectJobStream, JobStream } from '../common/stream';
 import { UnfinishedLines } from '../common/unfinished';
@@ -43,7 +44,7 @@ const CHUNK_LINES = 2000;
 export const MAX_RENDERED_CHARS = 2000;
 const SEARCH_DELAY_MS = 150;
 
-export type ViewerTab = 'logs' | 'metrics' | 'spec';
+export type ViewerTab = 'logs' | 'metrics' | 'usage' | 'spec';
 
 export interface ILogViewerOptions {
   jobId: string;
@@ -93,6 +94,22 @@ export class LogViewer extends Panel {
     this._metrics = new MetricsPanel(this._metricStore, this._trans, () =>
       this._replicaNames()
     );
+    this._usageStore = new UsageStore(this._trans);
+    this._usage = new MetricsPanel(
+      this._usageStore,
+      this._trans,
+      () => this._replicaNames(),
+      {
+        empty: this._trans.__(
+          'No usage yet: the engine samples each replica about once a second while it runs (the local engine; docs/observability.md).'
+        ),
+        testId: 'distrun-viewer-usage',
+        selectTestId: 'distrun-viewer-usage-measure',
+        chartTestId: 'distrun-viewer-usage-chart',
+        preferred: this._usageStore.preferred,
+        xLabel: this._trans.__('seconds')
+      }
+    );
     this._scalars = new ScalarsPoller(
       this.jobId,
       this._metricStore,
@@ -107,6 +124,7 @@ export class LogViewer extends Panel {
       lines: lines => this._onLines(lines),
       partial: lines => this._onPartial(lines),
       status: job => this._onStatus(job),
+      usage: samples => this._onUsage(samples),
       end: () => this._onEnd(),
       notice: (message, isError) => this._showNotice(message, isError)
     });
@@ -137,6 +155,7 @@ export class LogViewer extends Panel {
     const panes = {
       logs: this._logsPane,
       metrics: this._metrics,
+      usage: this._usage,
       spec: this._specPane
     };
     for (const [name, pane] of Object.entries(panes)) {
@@ -218,9 +237,10 @@ export class LogViewer extends Panel {
     const labels: Record<ViewerTab, string> = {
       logs: this._trans.__('Logs'),
       metrics: this._trans.__('Metrics'),
+      usage: this._trans.__('Usage'),
       spec: this._trans.__('Spec')
     };
-    for (const tab of ['logs', 'metrics', 'spec'] as ViewerTab[]) {
+    for (const tab of ['logs', 'metrics', 'usage', 'spec'] as ViewerTab[]) {
       const button = document.createElement('button');
       button.className = 'jp-distrun-LogViewer-tab';
       button.setAttribute('role', 'tab');
@@ -275,6 +295,7 @@ export class LogViewer extends Panel {
     body.addClass('jp-distrun-LogViewer-body');
     body.addWidget(this._logsPane);
     body.addWidget(this._metrics);
+    body.addWidget(this._usage);
     body.addWidget(this._specPane);
 
     this.addWidget(header);
@@ -431,6 +452,13 @@ export class LogViewer extends Panel {
     );
   }
 
+  private _onUsage(samples: IUsageSample[]): void {
+    this._usageStore.add(samples);
+    if (this._tab === 'usage') {
+      this._usage.refresh();
+    }
+  }
+
   private _onStatus(job: IJob): void {
     const shown = this._endAfterLines.status(job);
     if (shown) {
@@ -547,6 +575,8 @@ export class LogViewer extends Panel {
       }
     } else if (this._tab === 'metrics') {
       this._metrics.refresh();
+    } else if (this._tab === 'usage') {
+      this._usage.refresh();
     }
   }
 
@@ -730,6 +760,8 @@ export class LogViewer extends Panel {
   private readonly _live = new Widget();
   private readonly _list: VirtualList;
   private readonly _metrics: MetricsPanel;
+  private readonly _usage: MetricsPanel;
+  private readonly _usageStore: UsageStore;
   private readonly _scalars: ScalarsPoller;
   private readonly _stream: JobStream;
   private readonly _logsPane = new Panel();

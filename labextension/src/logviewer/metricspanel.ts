@@ -1,6 +1,6 @@
 /**
- * The log viewer's Metrics tab: a select of the metrics seen so far and a live chart of the
- * chosen one, one line per replica.
+ * The log viewer's Metrics and Usage tabs: a select of the measures there are and a live
+ * chart of the chosen one, one line per replica.
  */
 
 import { TranslationBundle } from '@jupyterlab/translation';
@@ -9,28 +9,58 @@ import { Widget } from '@lumino/widgets';
 import { IChartSeries } from '../common/chart';
 import { MetricChart } from '../common/metricchart';
 import { replicaColorIndex } from '../common/colors';
-import { MetricStore } from './metrics';
+import { MetricSeries } from './metrics';
 
 /** Redraw at most this often while lines stream in. */
 const REDRAW_INTERVAL_MS = 250;
 const PREFERRED_METRICS = ['loss', 'train_loss', 'train/loss', 'accuracy'];
 
+/** What a panel plots: named measures, each a series per replica (MetricStore, UsageStore). */
+export interface IMeasureSource {
+  readonly version: number;
+  metrics(): string[];
+  series(metric: string): MetricSeries[];
+}
+
+/** How a panel differs: its note while empty, its test ids, the measures it prefers. */
+export interface IPanelOptions {
+  empty: string;
+  testId: string;
+  selectTestId: string;
+  chartTestId: string;
+  preferred: readonly string[];
+  /** The x axis' label; by default "step" (or "log line" for series without steps). */
+  xLabel?: string;
+}
+
+/** The Metrics tab's options: metrics read from the lines (and TensorBoard's scalars). */
+export function metricsPanelOptions(trans: TranslationBundle): IPanelOptions {
+  return {
+    empty: trans.__(
+      'No metrics yet. Lines like "step 10 loss=0.31" or "accuracy: 0.92" are plotted here as they arrive.'
+    ),
+    testId: 'distrun-viewer-metrics',
+    selectTestId: 'distrun-viewer-metric',
+    chartTestId: 'distrun-viewer-chart',
+    preferred: PREFERRED_METRICS
+  };
+}
+
 export class MetricsPanel extends Widget {
   constructor(
-    private readonly _store: MetricStore,
+    private readonly _store: IMeasureSource,
     private readonly _trans: TranslationBundle,
-    private readonly _replicas: () => readonly string[]
+    private readonly _replicas: () => readonly string[],
+    private readonly _options: IPanelOptions = metricsPanelOptions(_trans)
   ) {
     super();
     this.addClass('jp-distrun-MetricsPanel');
-    this.node.dataset.testId = 'distrun-viewer-metrics';
+    this.node.dataset.testId = _options.testId;
     this._chart = new MetricChart({
       trans: this._trans,
-      empty: this._trans.__(
-        'No metrics yet. Lines like "step 10 loss=0.31" or "accuracy: 0.92" are plotted here as they arrive.'
-      ),
-      selectTestId: 'distrun-viewer-metric',
-      chartTestId: 'distrun-viewer-chart',
+      empty: _options.empty,
+      selectTestId: _options.selectTestId,
+      chartTestId: _options.chartTestId,
       onChoose: () => this._draw()
     });
     this.node.append(...this._chart.nodes);
@@ -72,7 +102,10 @@ export class MetricsPanel extends Widget {
   private _draw(): void {
     this._lastDraw = performance.now();
     this._drawnVersion = this._store.version;
-    const chosen = this._chart.offer(this._store.metrics(), PREFERRED_METRICS);
+    const chosen = this._chart.offer(
+      this._store.metrics(),
+      this._options.preferred
+    );
     const known = this._replicas();
     const series = chosen ? this._store.series(chosen) : [];
     const chartSeries: IChartSeries[] = series.map(one => ({
@@ -87,7 +120,9 @@ export class MetricsPanel extends Widget {
       {
         width: Math.max(200, this.node.clientWidth - 16),
         height: Math.max(160, this.node.clientHeight - 56),
-        xLabel: byStep ? this._trans.__('step') : this._trans.__('log line'),
+        xLabel:
+          this._options.xLabel ??
+          (byStep ? this._trans.__('step') : this._trans.__('log line')),
         yLabel: chosen
       },
       this._trans.__('%1 per replica', chosen)

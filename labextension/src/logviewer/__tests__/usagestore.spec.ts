@@ -1,0 +1,56 @@
+import { UsageStore } from '../usagestore';
+import { ITrans } from '../../common/trans';
+
+const trans: ITrans = { __: (msgid: string) => msgid };
+const MiB = 1024 * 1024;
+
+function usage(cpu: number, rss: number, gpu: number | null = null) {
+  return {
+    cpu_percent: cpu,
+    rss_bytes: rss,
+    processes: 1,
+    gpus:
+      gpu === null
+        ? []
+        : [{ index: 0, utilization_percent: gpu, memory_bytes: 0 }]
+  };
+}
+
+describe('UsageStore', () => {
+  it('plots each measure per replica over seconds since the first sample', () => {
+    const store = new UsageStore(trans);
+    store.add([
+      { seq: 0, time: 100, replicas: { 'worker-0': usage(50, 64 * MiB) } },
+      {
+        seq: 1,
+        time: 101.5,
+        replicas: {
+          'worker-0': usage(99, 128 * MiB),
+          'worker-1': usage(0, 32 * MiB, 80)
+        }
+      }
+    ]);
+    expect(store.metrics()).toEqual([
+      'CPU (%, 100 = one core)',
+      'memory (MiB, resident)',
+      'GPU (%, the busiest it holds)'
+    ]);
+    const memory = store.series('memory (MiB, resident)');
+    expect(memory.map(s => [s.replica, s.xs, s.ys])).toEqual([
+      ['worker-0', [0, 1.5], [64, 128]],
+      ['worker-1', [1.5], [32]]
+    ]);
+    expect(
+      store.series('GPU (%, the busiest it holds)').map(s => s.replica)
+    ).toEqual(['worker-1']);
+  });
+
+  it('changes its version only when samples came', () => {
+    const store = new UsageStore(trans);
+    const before = store.version;
+    store.add([]);
+    expect(store.version).toBe(before);
+    store.add([{ seq: 0, time: 1, replicas: { 'worker-0': usage(1, 1) } }]);
+    expect(store.version).toBe(before + 1);
+  });
+});
