@@ -16,6 +16,7 @@ EXPECTED_ROUTES = {
     "/distrun/jobs/{job_id}/logs/stream",
     "/distrun/jobs/{job_id}/usage",
     "/distrun/jobs/{job_id}/scalars",
+    "/distrun/jobs/{job_id}/tensorboard",
     "/distrun/metrics",
     "/distrun/sweeps",
     "/distrun/sweeps/{sweep_id}",
@@ -47,7 +48,7 @@ async def test_every_route_and_method_rejects_requests_without_a_valid_token(
             assert response.code in (401, 403), (method, url, response.code)
             assert b"Traceback" not in response.body
             checked += 1
-    assert checked == 16
+    assert checked == 17
     assert fake_engine.job(job["id"]).state.value == "pending"  # the anonymous cancel did nothing
 
 

@@ -174,5 +174,13 @@ test.describe('Seeing what replicas do', () => {
         chart.locator(`[data-series="${replica}"] circle`)
       ).toHaveCount(6);
     }
+
+    // TensorBoard itself on the same scalars, through the server's proxy, in a new tab.
+    const popup = page.waitForEvent('popup');
+    await viewer.locator('[data-test-id="distrun-viewer-tensorboard"]').click();
+    const board = await popup;
+    await board.waitForURL(/\/proxy\/\d+\/$/, { timeout: 90_000 });
+    await expect(board).toHaveTitle('TensorBoard', { timeout: 30_000 });
+    await board.close();
   });
 });

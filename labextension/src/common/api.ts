@@ -92,6 +92,14 @@ export function getScalars(id: string): Promise<IScalarsReport> {
   return requestAPI<IScalarsReport>(`jobs/${encodeURIComponent(id)}/scalars`);
 }
 
+/** Starts (or finds) TensorBoard on the job's scalars; answers where it is served. */
+export function openTensorBoard(id: string): Promise<{ url: string }> {
+  return requestAPI<{ url: string }>(
+    `jobs/${encodeURIComponent(id)}/tensorboard`,
+    { method: 'POST' }
+  );
+}
+
 export function submitCell(body: ISubmitCell): Promise<IJob> {
   return requestAPI<IJob>('jobs', {
     method: 'POST',

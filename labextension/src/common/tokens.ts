@@ -16,6 +16,7 @@ export namespace CommandIDs {
   export const rerunJob = 'distrun:rerun-job';
   export const editRerunJob = 'distrun:edit-rerun-job';
   export const downloadLogs = 'distrun:download-logs';
+  export const openTensorBoard = 'distrun:open-tensorboard';
   export const logsFirstError = 'distrun:logs-first-error';
   export const logsToggleFollow = 'distrun:logs-toggle-follow';
   export const openSweep = 'distrun:open-sweep';

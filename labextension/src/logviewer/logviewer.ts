@@ -260,6 +260,10 @@ export class LogViewer extends Panel {
     actions.append(
       this._cancel,
       this._commandButton(CommandIDs.downloadLogs, 'distrun-viewer-download'),
+      this._commandButton(
+        CommandIDs.openTensorBoard,
+        'distrun-viewer-tensorboard'
+      ),
       this._commandButton(CommandIDs.rerunJob, 'distrun-viewer-rerun'),
       this._commandButton(CommandIDs.editRerunJob, 'distrun-viewer-edit-rerun')
     );

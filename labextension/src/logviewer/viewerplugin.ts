@@ -22,7 +22,7 @@ import {
 } from '@jupyterlab/translation';
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
-import { getJob } from '../common/api';
+import { getJob, openTensorBoard } from '../common/api';
 import { JOB_ID_ARGS, NO_ARGS } from '../common/commandargs';
 import { activateOpen, addToMainArea } from '../common/mainarea';
 import { IJob, isJobId, withoutTrialEnv } from '../common/model';
@@ -165,6 +165,34 @@ function addCommands(
       } catch (error) {
         void showErrorMessage(
           trans.__('Cannot download the logs'),
+          error as Error
+        );
+      }
+    }
+  });
+
+  commands.addCommand(CommandIDs.openTensorBoard, {
+    label: trans.__('TensorBoard'),
+    caption: args =>
+      trans.__(
+        "Open TensorBoard on the scalars %1's replicas wrote (DISTRUN_TENSORBOARD_DIR)",
+        jobId(args)
+      ),
+    describedBy: JOB_ID_ARGS,
+    execute: async args => {
+      // Opened at once (a browser allows a new tab only within the click), pointed later.
+      const tab = window.open('', '_blank');
+      try {
+        const { url } = await openTensorBoard(jobId(args));
+        if (tab) {
+          tab.location.href = url;
+        } else {
+          window.open(url, '_blank');
+        }
+      } catch (error) {
+        tab?.close();
+        void showErrorMessage(
+          trans.__('Cannot open TensorBoard'),
           error as Error
         );
       }

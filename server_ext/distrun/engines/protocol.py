@@ -8,6 +8,7 @@ that a restart would lose. `owner` is the authenticated user's name; an engine r
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from distrun.core.job import Job
@@ -129,4 +130,8 @@ class ScalarsEngine(Protocol):
 
     async def read_scalars(self, job_id: str, owner: str) -> ScalarsReport:
         """Every replica's scalar series written so far."""
+        ...
+
+    async def tensorboard_dir(self, job_id: str, owner: str) -> Path:
+        """The directory holding every replica's DISTRUN_TENSORBOARD_DIR."""
         ...

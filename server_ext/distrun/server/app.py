@@ -28,6 +28,7 @@ from distrun.engines.protocol import Engine
 from distrun.engines.registry import EngineRegistry, build_engine
 from distrun.server.metric_reads import MetricReads
 from distrun.server.routes import routes
+from distrun.server.tensorboard import TensorBoards
 
 EngineFactory = Callable[["DistrunApp"], Engine]
 
@@ -145,6 +146,7 @@ class DistrunApp(ExtensionApp):
         self.streams: dict[asyncio.Task[None], WebSocketHandler] = {}
         self.metric_reads = MetricReads()  # what jobs' logs reported, read on per request
         self._token_file: Path | None = None
+        self.tensorboards = TensorBoards()  # started on demand, one a job
 
     @property
     def registry(self) -> EngineRegistry:
@@ -181,6 +183,7 @@ class DistrunApp(ExtensionApp):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self.tensorboards.stop_all()
         if self._registry is not None:  # None when the extension failed to load
             await self._registry.close()
 
@@ -205,12 +208,17 @@ class DistrunApp(ExtensionApp):
     def _forget_stream(self, task: "asyncio.Task[None]") -> None:
         self.streams.pop(task, None)
 
+    def one_persons_server(self) -> bool:
+        """Whether one person uses this server (a hub's single-user server, or a server
+        whose identity is the OS user), rather than several users sharing it."""
+        return self._owner_source() != "username" or is_hub_singleuser(os.environ)
+
     def refusal_of(self, engine: Any) -> str | None:
         """Why `engine` takes no job on this server, or None."""
         if not getattr(engine, "runs_as_server_user", False) or self.local_engine_on_shared_server:
             return None
-        if self._owner_source() != "username" or is_hub_singleuser(os.environ):
-            return None  # one person's server
+        if self.one_persons_server():
+            return None
         return (
             f"the {engine.name} engine is off on this server: several users share it, and the "
             f"{engine.name} engine runs every job as the server's own OS user, where other "

@@ -17,6 +17,7 @@ from distrun.server.sweeps import (
     SweepHandler,
     SweepsHandler,
 )
+from distrun.server.tensorboard import TensorBoardHandler
 from distrun.server.usage import UsageHandler
 
 
@@ -33,6 +34,7 @@ def routes() -> list[tuple[str, type[web.RequestHandler]]]:
         (job + r"/logs/stream", LogStreamHandler),
         (job + r"/usage", UsageHandler),
         (job + r"/scalars", ScalarsHandler),
+        (job + r"/tensorboard", TensorBoardHandler),
         (r"distrun/metrics", MetricsHandler),
         (r"distrun/sweeps", SweepsHandler),
         (sweep, SweepHandler),

@@ -320,8 +320,11 @@ class LocalEngine:
             close_after(follower.reading, readers)
 
     async def read_scalars(self, job_id: str, owner: str) -> ScalarsReport:
+        return await asyncio.to_thread(read_scalars, await self.tensorboard_dir(job_id, owner))
+
+    async def tensorboard_dir(self, job_id: str, owner: str) -> Path:
         await self.get_job(job_id, owner)
-        return await asyncio.to_thread(read_scalars, self._files(job_id).tensorboard)
+        return self._files(job_id).tensorboard
 
     async def read_usage(self, job_id: str, owner: str, *, since: int = 0) -> UsageReport:
         job, _ = await asyncio.to_thread(self._snapshot, job_id, owner)

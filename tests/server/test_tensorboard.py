@@ -1,0 +1,73 @@
+"""Open in TensorBoard: a real TensorBoard on a real job's scalars, reached through the real
+jupyter-server-proxy behind the server's authentication; refused on a shared server."""
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+pytest.importorskip("tensorboard", reason="the tensorboard package")
+pytest.importorskip("jupyter_server_proxy", reason="jupyter-server-proxy")
+
+# tensorboard's own writer: no torch needed to write scalars.
+CODE = """
+import os, sys, types
+sys.modules["tensorboard.compat.notf"] = types.ModuleType("notf")
+from tensorboard.summary import Writer
+writer = Writer(os.environ["DISTRUN_TENSORBOARD_DIR"])
+for step in range(3):
+    writer.add_scalar("loss", 1.0 / (step + 1), step=step)
+writer.close()
+"""
+
+
+@pytest.fixture
+def jp_server_config(tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, Any]:
+    return {
+        "ServerApp": {"jpserver_extensions": {"distrun": True, "jupyter_server_proxy": True}},
+        "DistrunApp": {
+            "state_dir": str(tmp_path / "state"),
+            # One person's server (the OS user is the owner), unless the test shares it.
+            "owner_source": getattr(request, "param", "os_user"),
+            "local_engine_on_shared_server": True,
+        },
+    }
+
+
+async def finished_job(api: Any) -> str:
+    spec = {"framework": "generic", "code": CODE, "roles": {"worker": {"replicas": 1}}}
+    job = await api("jobs", method="POST", body={"spec": spec})
+    async with asyncio.timeout(120):
+        while (await api("jobs", job["id"]))["state"] not in ("succeeded", "failed"):
+            await asyncio.sleep(0.5)
+    assert (await api("jobs", job["id"]))["state"] == "succeeded"
+    return str(job["id"])
+
+
+async def test_tensorboard_serves_the_jobs_scalars_through_the_servers_proxy(api, jp_fetch):
+    job_id = await finished_job(api)
+    opened = await api("jobs", job_id, "tensorboard", method="POST", body={})
+    assert opened["url"].endswith(f"/proxy/{opened['port']}/")
+    path = opened["url"].split("/proxy/", 1)[1]
+    page = await jp_fetch("proxy", path)
+    assert b"TensorBoard" in page.body
+    async with asyncio.timeout(60):  # TensorBoard reads the directory in the background
+        while True:
+            tags = json.loads((await jp_fetch("proxy", path + "data/plugin/scalars/tags")).body)
+            if tags:
+                break
+            await asyncio.sleep(0.5)
+    assert {replica: list(by_tag) for replica, by_tag in tags.items()} == {"worker-0": ["loss"]}
+    again = await api("jobs", job_id, "tensorboard", method="POST", body={})
+    assert again["port"] == opened["port"]  # one TensorBoard a job, reused
+
+
+@pytest.mark.parametrize("jp_server_config", ["username"], indirect=True)
+async def test_a_server_several_users_share_does_not_open_it(api):
+    with pytest.raises(HTTPClientError) as refused:
+        await api("jobs", "job-abcde", "tensorboard", method="POST", body={})
+    assert refused.value.code == 409
+    assert "several users share" in json.loads(refused.value.response.body)["message"]
