@@ -161,6 +161,9 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--backoff-limit", type=_count, metavar="N")
     group.add_argument("--restart", help="what a failure restarts: job or replica")
     group.add_argument("--max-restarts", type=_count, metavar="N", help="restarts of the job")
+    group.add_argument(
+        "--elastic", metavar="MIN:MAX", help="elastic PyTorch: go on with MIN, take back up to MAX"
+    )
     group.add_argument("--deadline", type=_count, metavar="SECONDS")
     group.add_argument("--startup-timeout", type=_count, metavar="SECONDS")
     group.add_argument("--clean-pod-policy", help="None, Running or All")
@@ -278,6 +281,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
         overrides["backoff_limit"] = args.backoff_limit
     if args.max_restarts is not None:
         overrides["max_restarts"] = args.max_restarts
+    if args.elastic is not None:
+        overrides["elastic"] = args.elastic
     if args.deadline is not None:
         overrides["active_deadline_seconds"] = args.deadline
     if args.startup_timeout is not None:

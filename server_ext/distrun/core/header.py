@@ -130,6 +130,13 @@ def _count(raw: str) -> int:
     raise _BadValue("is not a whole number")
 
 
+def _elastic(raw: str) -> str:
+    low, colon, high = raw.partition(":")
+    if not (colon and _WHOLE_NUMBER.fullmatch(low) and _WHOLE_NUMBER.fullmatch(high)):
+        raise _BadValue("is not MIN:MAX (the least and the most workers, whole numbers)")
+    return f"{_count(low)}:{_count(high)}"
+
+
 def _gpu(raw: str) -> int | float | str:
     if _WHOLE_NUMBER.fullmatch(raw) or raw.startswith("-"):
         return _count(raw)
@@ -223,6 +230,7 @@ _SCALARS: dict[str, _Setting] = {
         _Setting("backoffLimit", "backoff_limit", "3", _count),
         _Setting("restart", "restart", "job", _choice(RESTART_SCOPES)),
         _Setting("maxRestarts", "max_restarts", "3", _count),
+        _Setting("elastic", "elastic", "2:4", _elastic),
         _Setting("deadline", "active_deadline_seconds", "600", _duration),
         _Setting("startupTimeout", "startup_timeout_seconds", "300", _duration),
         _Setting("cleanPolicy", "clean_pod_policy", "all", _choice(CLEAN_POD_POLICIES)),
@@ -946,6 +954,7 @@ _RENDER_ORDER = (
     "backoff_limit",
     "restart",
     "max_restarts",
+    "elastic",
     "active_deadline_seconds",
     "startup_timeout_seconds",
     "clean_pod_policy",

@@ -38,6 +38,8 @@ def is_synchronous(spec: JobSpec) -> bool:
 
 
 def restart_plan(spec: JobSpec) -> RestartPlan:
+    if spec.elastic is not None:
+        return _elastic_plan(spec)
     asked = (
         spec.restart_policy != "Never" or spec.restart is not None or spec.max_restarts is not None
     )
@@ -47,3 +49,20 @@ def restart_plan(spec: JobSpec) -> RestartPlan:
     scope = spec.restart or ("job" if is_synchronous(spec) else "replica")
     limit = spec.max_restarts if spec.max_restarts is not None else spec.backoff_limit
     return RestartPlan(scope, limit, policy)
+
+
+# How often an elastic job's replicas restart when the spec does not say.
+ELASTIC_RESTARTS = 3
+
+
+def _elastic_plan(spec: JobSpec) -> RestartPlan:
+    """An elastic job's replica that fails restarts alone and rejoins (the others go on
+    without it meanwhile); its agents re-form the group as many times."""
+    if spec.max_restarts is not None:
+        limit = spec.max_restarts
+    elif spec.restart_policy != "Never":
+        limit = spec.backoff_limit
+    else:
+        limit = ELASTIC_RESTARTS
+    policy = spec.restart_policy if spec.restart_policy != "Never" else "OnFailure"
+    return RestartPlan("replica", limit, policy)

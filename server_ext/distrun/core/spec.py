@@ -40,6 +40,8 @@ NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}\Z")
 MAX_NAME_LENGTH = 32
 RESOURCE_FIELDS = ("cpu", "memory", "gpu", "gpu_memory")
+ELASTIC_RE = re.compile(r"^([0-9]{1,3}):([0-9]{1,3})\Z")
+ELASTIC_FRAMEWORKS = ("pytorch",)
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,9 @@ class JobSpec:
     restart: str | None = None
     # Whole-job restarts allowed (counted for the job, not per replica); None: backoff_limit.
     max_restarts: int | None = None
+    # "MIN:MAX": the replicas run under torch's elastic agent, which goes on with as few as MIN
+    # of them and takes back up to MAX (docs/fault-tolerance.md). None: a fixed world.
+    elastic: str | None = None
     active_deadline_seconds: int | None = None
     # A replica that writes no output within this many seconds of starting is killed as hung
     # at start-up (then the restart policy applies). None: no such check.
@@ -101,6 +106,12 @@ class JobSpec:
     priority_class: str | None = None
     # Where the machine has no GPU: None refuses a job that asks for one; "cpu" runs it there.
     gpu_fallback: str | None = None
+
+    @property
+    def elastic_range(self) -> tuple[int, int] | None:
+        """(MIN, MAX) of `elastic`; None for a fixed world."""
+        match = ELASTIC_RE.match(self.elastic or "")
+        return (int(match[1]), int(match[2])) if match else None
 
     @property
     def replica_count(self) -> int:
@@ -155,6 +166,7 @@ def parse_spec(data: Any, limits: Limits) -> JobSpec:
         backoff_limit=_int(data, "backoff_limit", 0, 0, 100),
         restart=_optional_choice(data, "restart", RESTART_SCOPES),
         max_restarts=_optional_int(data, "max_restarts", 0, 100),
+        elastic=_optional_string(data, "elastic"),
         active_deadline_seconds=_optional_int(data, "active_deadline_seconds", 1, 30 * 86400),
         startup_timeout_seconds=_optional_int(data, "startup_timeout_seconds", 1, 86400),
         clean_pod_policy=_choice(data, "clean_pod_policy", CLEAN_POD_POLICIES, "Running"),
@@ -167,12 +179,57 @@ def parse_spec(data: Any, limits: Limits) -> JobSpec:
         ),
         gpu_fallback=parse_gpu_fallback(data.get("gpu_fallback")),
     )
+    _check_elastic(spec)
     if spec.payload_bytes() > limits.max_payload_bytes:
         raise LimitExceeded(
             f"the code and shipped files are {spec.payload_bytes():,} bytes, over the limit of "
             f"{limits.max_payload_bytes:,}; ship large data through a volume or object storage"
         )
     return spec
+
+
+def _optional_string(data: dict[str, Any], key: str) -> str | None:
+    if data.get(key) is None:
+        return None
+    return _string(data, key, required=True, allow_empty=False)
+
+
+def _check_elastic(spec: JobSpec) -> None:
+    """`elastic` is MIN:MAX with 1 <= MIN <= replicas <= MAX, for a framework whose elastic
+    agent distrun runs, and not with a whole-job restart."""
+    if spec.elastic is None:
+        return
+    match = ELASTIC_RE.match(spec.elastic)
+    if match is None:
+        raise SpecError(
+            f"elastic {spec.elastic!r} is not MIN:MAX; write the least and the most workers "
+            "the job runs with, like 2:4",
+            field="elastic",
+        )
+    low, high = int(match[1]), int(match[2])
+    if not 1 <= low <= high:
+        raise SpecError(
+            f"elastic {spec.elastic!r}: MIN must be 1 or more and at most MAX, like 2:4",
+            field="elastic",
+        )
+    if spec.framework not in ELASTIC_FRAMEWORKS:
+        raise SpecError(
+            f"elastic runs torch's elastic agent: framework {spec.framework} cannot; write "
+            "framework pytorch or drop elastic",
+            field="elastic",
+        )
+    if not low <= spec.replica_count <= high:
+        raise SpecError(
+            f"elastic {spec.elastic} but the job starts {spec.replica_count} replicas; start "
+            f"between {low} and {high}",
+            field="elastic",
+        )
+    if spec.restart == "job":
+        raise SpecError(
+            "an elastic job goes on without a failed replica and takes it back when it "
+            "restarts: it does not restart as a whole; drop restart=job",
+            field="restart",
+        )
 
 
 def _framework(value: Any) -> str:

@@ -296,6 +296,7 @@ class KubeEngine:
 
     async def submit(self, spec: JobSpec, owner: str) -> Job:
         _check_restart_settings(spec)
+        _refuse_elastic(spec)
         api = await self.api()
         namespace = self._namespace(spec, owner)
         await self._check_unfinished(api, namespace, owner)
@@ -840,4 +841,15 @@ def _check_restart_settings(spec: JobSpec) -> None:
             "%restart=job and %maxRestarts run on the local engine only for now; on a cluster "
             "write %restartPolicy=OnFailure and %backoffLimit=N (each replica restarts alone)",
             field=field,
+        )
+
+
+def _refuse_elastic(spec: JobSpec) -> None:
+    """`%elastic` runs torch's elastic agent on the local engine only: its mapping onto the
+    clusters' objects (PyTorchJob elasticPolicy, ...) is not built yet."""
+    if spec.elastic is not None:
+        raise SpecError(
+            f"%elastic={spec.elastic} runs on the local engine only for now; on a cluster "
+            "drop it (the job then runs with a fixed number of replicas)",
+            field="elastic",
         )

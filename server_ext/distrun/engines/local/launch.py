@@ -4,6 +4,7 @@ the rest of the supervisor are imported."""
 
 import os
 import socket
+import subprocess
 import time
 
 from distrun.core.checkpoint_env import checkpoint_env
@@ -14,7 +15,9 @@ from distrun.core.replica_env import (
     operator_env,
     replica_env,
 )
+from distrun.core.restarts import restart_plan
 from distrun.core.scalars import TENSORBOARD_DIR_ENV
+from distrun.engines.local.elastic import AGENT_ENV, agent_argv, start_store
 from distrun.engines.local.gpu_devices import Grant, grant_env, hide_gpus
 from distrun.engines.local.jobdir import JobFiles, Runtime, read_json, stored_spec
 from distrun.engines.local.private_files import write_private
@@ -50,6 +53,11 @@ class Launch:
             else None
         )
         self.envs = self.attempt_envs(0)
+        elastic = self.spec.elastic_range
+        # The c10d rendezvous of an elastic job: one port for the job's whole life.
+        self.rendezvous_port = _loopback_port() if elastic else None
+        self.argv = self._argv()
+        self.store: subprocess.Popen[bytes] | None = None  # the rendezvous store, once started
         self.started_at: float | None = None
         self.spawned: dict[str, Spawned] = {}
         self.failed: tuple[str, OSError] | None = None  # the replica that could not start
@@ -70,11 +78,16 @@ class Launch:
     def begin(self) -> None:
         """What comes before the first replica starts (`spawn` then starts each)."""
         lower_priority(self.runtime.nice)  # before the replicas: they inherit it
+        if self.rendezvous_port is not None:
+            first = next(iter(self.envs.values()))
+            self.store = start_store(
+                self.runtime.python, self.files.code, first, self.rendezvous_port
+            )
         self.started_at = time.time()
 
     def spawn(self, name: str) -> bool:
         """Starts replica `name`; False (recorded in `failed`) when it could not start."""
-        argv, env = self.runtime.argv(), self.envs[name]
+        argv, env = self.argv, self.envs[name]
         waiting = self.interpreters.take(argv, env) if self.interpreters is not None else None
         spawned = waiting.hand_over(argv, self.files.code, env) if waiting is not None else None
         try:
@@ -83,6 +96,15 @@ class Launch:
             self.failed = (name, error)
             return False
         return True
+
+    def _argv(self) -> list[str]:
+        """A replica's command line: the script, or torch's elastic agent running it."""
+        elastic, port = self.spec.elastic_range, self.rendezvous_port
+        if elastic is None or port is None:
+            return self.runtime.argv()
+        restarts = restart_plan(self.spec).limit
+        script = self.runtime.entrypoint
+        return agent_argv(self.runtime.python, script, self.job_id, elastic, port, restarts)
 
     def attempt_envs(self, restart: int) -> dict[str, dict[str, str]]:
         """Every replica's environment for the job's run number `restart` (0: the first), with
@@ -112,7 +134,9 @@ class Launch:
         injected = replica_env(self.spec, self.job_id, name, addresses, hostfile_path=hostfile)
         checkpoints = checkpoint_env(str(self.files.checkpoints.resolve()), restart)
         tensorboard = {TENSORBOARD_DIR_ENV: str((self.files.tensorboard / name).resolve())}
-        return {**os.environ, **injected, **checkpoints, **tensorboard, **self._gpu_env(name)}
+        elastic = AGENT_ENV if self.spec.elastic is not None else {}
+        own = {**injected, **checkpoints, **tensorboard, **self._gpu_env(name)}
+        return {**elastic, **os.environ, **own}
 
     def _gpu_env(self, name: str) -> dict[str, str]:
         if self.gpus is None:
@@ -127,6 +151,10 @@ class Launch:
         path = self.files.dir / "hostfile"
         write_private(path, mpi_hostfile(self.spec, addresses).encode())
         return str(path)
+
+
+def _loopback_port() -> int:
+    return _loopback_addresses(["rendezvous"])["rendezvous"].port
 
 
 def _loopback_addresses(names: list[str]) -> Addresses:

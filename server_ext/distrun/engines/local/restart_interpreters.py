@@ -5,7 +5,9 @@ interpreters did ahead.
 
 What they import is what the job's rank 0 had imported when it last saved a checkpoint
 (`distrun.checkpoint.save` records it in the checkpoint directory: core/checkpoint_env.py's
-IMPORTS_FILE), so only jobs that save checkpoints with the helper get them. Each is started as
+IMPORTS_FILE), so only jobs that save checkpoints with the helper get them. They start once the
+running attempt has saved its first checkpoint, not while it starts: their imports would slow
+its start (a restart's own replicas need every core then). Each is started as
 the replica's process for the next attempt would be (its environment but for the replicas'
 addresses, the job's working directory, script, `sys.argv` and `sys.path[0]`:
 waiting_interpreter_main's preload), imports each module from the same file as the job did,
@@ -33,10 +35,12 @@ READY_WAIT_SECONDS = 120.0
 _READY_POLL_SECONDS = 0.02
 
 
-def recorded_modules(path: Path) -> list[tuple[str, str]] | None:
-    """The [name, file] pairs `distrun.checkpoint` recorded at `path`; None where there are
-    none (yet) or the file is not such a list."""
+def recorded_modules(path: Path, since: float = 0.0) -> list[tuple[str, str]] | None:
+    """The [name, file] pairs `distrun.checkpoint` recorded at `path` at `since` (a time.time())
+    or later; None where there are none (yet) or the file is not such a list."""
     try:
+        if path.stat().st_mtime < since:
+            return None
         pairs = json.loads(path.read_bytes())
     except (OSError, ValueError):
         return None

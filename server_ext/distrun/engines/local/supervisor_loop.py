@@ -58,6 +58,12 @@ _TRACEBACK_MARK = TRACEBACK_START.encode()
 # How often the supervisor of a job that restarts looks for the modules its code recorded, to
 # start the next attempt's interpreters with them imported (restart_interpreters.py).
 _IMPORTS_POLL_SECONDS = 0.25
+_FILE_CLOCK_SLACK = 0.05
+# How long an elastic job's failed replica waits before it starts again (a back-off, as the
+# kubelet's): the others re-form the group without it and train meanwhile, rather than wait for
+# a replica that may fail again at once; it joins their next round when it is back. Long enough
+# for the smaller group's training processes to start (importing torch: some 10 s here).
+ELASTIC_REJOIN_SECONDS = 30.0
 
 
 def run(launch: Launch) -> int:
@@ -157,6 +163,7 @@ class Supervisor:
         self.restarts = 0
         self.plan = restart_plan(self.spec)
         self._oom_kills = oom_kills()  # the cgroup's count when the attempt started
+        self._attempt_started = time.time()
         self._restarting: asyncio.Task[None] | None = None  # the whole job starting again
         self._outcome: asyncio.Future[None] | None = None
         self._stop_state = JobState.CANCELLED
@@ -177,6 +184,7 @@ class Supervisor:
             )
         self.status.state = JobState.RUNNING
         self.status.started_at = self.launch.started_at or time.time()
+        self._attempt_started = self.status.started_at
         self._event(self.status.started_at, "started", "attempt 1 started")
         self._start_sampling()
         await self._attach_all()
@@ -218,7 +226,7 @@ class Supervisor:
                 self._not_started(replica, launch.failed[1])
 
     def _start(self, replica: _Replica) -> None:
-        argv = self.runtime.argv()
+        argv = self.launch.argv
         spawned = self._hand_over_ahead(replica, argv)
         try:
             spawned = spawned or spawn_replica(argv, self.files.code, replica.env)
@@ -248,12 +256,14 @@ class Supervisor:
         record = self.files.checkpoints / IMPORTS_FILE
         while self._outcome is not None and not self._outcome.done():
             if self._ahead is None and self._restarting is None and self.restarts < self.plan.limit:
-                modules = recorded_modules(record)
+                # Recorded by this attempt (the kernel's file clock may run a tick behind).
+                since = self._attempt_started - _FILE_CLOCK_SLACK
+                modules = recorded_modules(record, since)
                 if modules is not None:
                     restart = self.restarts + 1
                     self._ahead = RestartInterpreters.start(
                         restart,
-                        self.runtime.argv(),
+                        self.launch.argv,
                         self.files.code,
                         self.launch.ahead_envs(restart),
                         modules,
@@ -422,9 +432,22 @@ class Supervisor:
             f"restarting {replica.status.name} (restart {self.restarts}/{self.plan.limit} of "
             f"the job) after {cause}"
         )
+        if self.spec.elastic is not None:
+            text += f", in {ELASTIC_REJOIN_SECONDS:g} s: the others go on without it meanwhile"
         replica.note(f"[distrun] {text}")
         self._event(time.time(), "restarting", text, replica=replica.status.name)
-        self._start(replica)
+        if self.spec.elastic is None:
+            self._start(replica)
+            return
+        replica.status.state, replica.status.reason = JobState.PENDING, "rejoins the job soon"
+        loop = asyncio.get_running_loop()
+        loop.call_later(ELASTIC_REJOIN_SECONDS, self._rejoin, replica)
+
+    def _rejoin(self, replica: _Replica) -> None:
+        """Starts an elastic job's failed replica again (its agent joins the next round)."""
+        if self._outcome is not None and not self._outcome.done():
+            self._start(replica)
+            self._write_status()
 
     def _restart_job(self, failed: _Replica, cause: str) -> None:
         """Stops every replica at once (the failed one's peers would otherwise wait in a
@@ -471,6 +494,7 @@ class Supervisor:
             envs = self.launch.attempt_envs(self.restarts)
             self.status.attempt = self.restarts + 1
             self._oom_kills = oom_kills()
+            self._attempt_started = time.time()
             self._event(time.time(), "started", f"attempt {self.status.attempt} started")
             for name, replica in self.replicas.items():
                 replica.env = envs[name]
