@@ -59,7 +59,9 @@ def check_end_after_last_line(messages: list[dict[str, Any]], since: int, how: s
     kinds = [m["type"] for m in messages]
     states = [m["job"]["state"] if m["type"] == "status" else None for m in messages]
     ended = next(i for i, state in enumerate(states) if state in TERMINAL)
-    last_line = max(i for i, kind in enumerate(kinds) if kind == "runs")
+    runs = [i for i, kind in enumerate(kinds) if kind == "runs"]
+    assert runs, f"{how}: no line came ({kinds}); the job: {messages[ended]['job']}"
+    last_line = max(runs)
     assert ended > last_line, f"{how}: the end came before the last line ({kinds})"
     assert kinds[ended:] == ["status", "end"], f"{how}: {kinds}"
     rows = rows_of_runs([run for m in messages if m["type"] == "runs" for run in m["runs"]])

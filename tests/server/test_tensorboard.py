@@ -71,3 +71,46 @@ async def test_a_server_several_users_share_does_not_open_it(api):
         await api("jobs", "job-abcde", "tensorboard", method="POST", body={})
     assert refused.value.code == 409
     assert "several users share" in json.loads(refused.value.response.body)["message"]
+
+
+# A stand-in server: starts TensorBoard as the handler does, says its pid, waits.
+STAND_IN_SERVER = """
+import subprocess, sys, time
+from pathlib import Path
+from distrun.server.tensorboard import tensorboard_command
+argv, env = tensorboard_command(Path(sys.argv[1]), int(sys.argv[2]))
+child = subprocess.Popen(argv, env=env)
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_tensorboard_ends_when_its_server_is_killed(tmp_path: Path) -> None:
+    """No shutdown hook runs when a server is SIGKILLed: its TensorBoard must not outlive it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from distrun.server.tensorboard import _free_loopback_port
+
+    port = str(_free_loopback_port())
+    argv = [sys.executable, "-c", STAND_IN_SERVER, str(tmp_path), port]
+    parent = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while not gone(child):
+        assert time.monotonic() < deadline, f"TensorBoard {child} outlived its server"
+        time.sleep(0.2)
+
+
+def gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "State:\tZ" in state  # exited, not yet reaped

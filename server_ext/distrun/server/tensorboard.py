@@ -27,14 +27,31 @@ from distrun.engines.protocol import ScalarsEngine
 from distrun.server.handlers import DistrunHandler
 
 START_TIMEOUT_SECONDS = 60.0
+PARENT_ENV = "DISTRUN_TENSORBOARD_PARENT"
 # argv[1:] are TensorBoard's own arguments; the stub switch comes first (see the module doc).
+# It ends with the server even when the server is killed (no shutdown hook runs then): a
+# thread watches for its parent, named in the environment (not read at start, when it may
+# already be gone), to be another.
 _RUN_TENSORBOARD = (
-    "import sys, types\n"
+    "import os, sys, threading, time, types\n"
+    f"parent = int(os.environ.pop({PARENT_ENV!r}))\n"
+    "def watch():\n"
+    "    while os.getppid() == parent:\n"
+    "        time.sleep(1)\n"
+    "    os._exit(0)\n"
+    "threading.Thread(target=watch, daemon=True).start()\n"
     "sys.modules['tensorboard.compat.notf'] = types.ModuleType('tensorboard.compat.notf')\n"
     "from tensorboard.main import run_main\n"
     "sys.argv[0] = 'tensorboard'\n"
     "run_main()\n"
 )
+
+
+def tensorboard_command(logdir: Path, port: int) -> tuple[list[str], dict[str, str]]:
+    """TensorBoard's command line and environment, started by this process."""
+    argv = [sys.executable, "-c", _RUN_TENSORBOARD, "--logdir", str(logdir)]
+    argv += ["--host", "127.0.0.1", "--port", str(port), "--reload_interval", "5"]
+    return argv, {**inherited_env(os.environ), PARENT_ENV: str(os.getpid())}
 
 
 @dataclass
@@ -61,11 +78,10 @@ class TensorBoards:
     async def _start(self, logdir: Path) -> RunningBoard:
         logdir.mkdir(parents=True, exist_ok=True)
         port = _free_loopback_port()
-        argv = [sys.executable, "-c", _RUN_TENSORBOARD, "--logdir", str(logdir)]
-        argv += ["--host", "127.0.0.1", "--port", str(port), "--reload_interval", "5"]
+        argv, env = tensorboard_command(logdir, port)
         process = await asyncio.create_subprocess_exec(
             *argv,
-            env=inherited_env(os.environ),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
