@@ -113,6 +113,20 @@ def test_a_failed_replica_explains_the_failure_not_the_operators_backoff_message
     assert gone.reason == words  # no pod left to say more
 
 
+def test_a_container_killed_for_memory_is_reported_in_words_with_its_limit() -> None:
+    """Kubernetes says OOMKilled (exit 137): distrun says it as the local engine does."""
+    obj = job_object()
+    killed = pod("Failed", state={"terminated": {"exitCode": 137, "reason": "OOMKilled"}})
+    killed["spec"] = {
+        "containers": [{"name": "pytorch", "resources": {"limits": {"memory": "4Gi"}}}]
+    }
+    job = describe("kubeflow", obj, stored_spec(obj), {"worker-0": killed}, Phase(JobState.FAILED))
+    assert job.reason == "worker-0 killed: out of memory (a 4 GiB limit)"
+    del killed["spec"]  # no limit set: the node ran out
+    job = describe("kubeflow", obj, stored_spec(obj), {"worker-0": killed}, Phase(JobState.FAILED))
+    assert job.reason == "worker-0 killed: out of memory"
+
+
 def test_pending_reason_comes_from_the_scheduler_or_the_waiting_container() -> None:
     unschedulable = {
         "metadata": {"name": "p"},

@@ -152,3 +152,9 @@ def out_of_memory_text(peak: int | None, limit: int | None) -> str:
     else:
         detail = ""
     return f"killed: out of memory{detail}"
+
+
+def failure_text(replica: str, cause: str) -> str:
+    """'worker-1 failed: exit code 3', or, for a replica killed for its memory,
+    'worker-1 killed: out of memory (peak 3.9 GiB of a 4 GiB limit)'."""
+    return f"{replica} {cause}" if cause.startswith("killed:") else f"{replica} failed: {cause}"

@@ -29,7 +29,9 @@ from distrun.core.errors import (
 )
 from distrun.core.job import Job, JobState, ReplicaStatus
 from distrun.core.logs import Cursor, LogEvent, LogLine
+from distrun.core.quantities import quantity_value
 from distrun.core.spec import JobSpec, Limits
+from distrun.core.usage import failure_text, out_of_memory_text
 from distrun.engines.cursors import selected_replicas, start_seqs
 from distrun.engines.kube.anchors import AnchorPolicy
 from distrun.engines.kube.client import (
@@ -705,7 +707,7 @@ def describe(engine: str, obj: Obj, spec: JobSpec, pods: dict[str, Obj], phase: 
     if state == JobState.FAILED and failed is not None:
         # The replica and its exit, as the local engine says it, not the controller's summary
         # (the Training Operator words a failure with no restart asked as a backoff limit).
-        reason = f"{failed.name} failed: {failed.reason or 'no exit code'}"
+        reason = failure_text(failed.name, failed.reason or "no exit code")
     started = phase.started_at or min(
         (r.started_at for r in replicas if r.started_at is not None), default=None
     )
@@ -771,14 +773,27 @@ def replica_status(name: str, pod: Obj | None) -> ReplicaStatus:
         status.state = JobState.FAILED
         code = status.exit_code
         message = (terminated or {}).get("message") or pod_status.get("message")
-        status.reason = f"exit code {code}" if code is not None else "failed"
-        if message:
-            status.reason += f": {message.strip()}"
+        if (terminated or {}).get("reason") == "OOMKilled":
+            status.reason = out_of_memory_text(None, _memory_limit(pod))
+        else:
+            status.reason = f"exit code {code}" if code is not None else "failed"
+            if message:
+                status.reason += f": {message.strip()}"
     else:
         status.reason = _pending_pod_reason(pod, waiting)
     if status.state == JobState.RUNNING and waiting:
         status.reason = _words(waiting, "waiting")  # e.g. CrashLoopBackOff between restarts
     return status
+
+
+def _memory_limit(pod: Obj) -> int | None:
+    """The replica container's memory limit in bytes, where its spec sets one."""
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    limit = ((containers[0].get("resources") or {}).get("limits") or {}).get("memory")
+    try:
+        return int(quantity_value(str(limit))) if limit is not None else None
+    except ValueError:
+        return None
 
 
 def _pending_pod_reason(pod: Obj, waiting: Obj | None) -> str:

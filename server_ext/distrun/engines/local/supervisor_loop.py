@@ -20,7 +20,7 @@ from distrun.core.logs import PARTIAL_MAX_CHARS
 from distrun.core.restarts import restart_plan
 from distrun.core.terminal import last_redraws, visible_line
 from distrun.core.tracebacks import TRACEBACK_START, TracebackTracker, group_tracebacks
-from distrun.core.usage import format_bytes, memory_limits, out_of_memory_text
+from distrun.core.usage import failure_text, format_bytes, memory_limits, out_of_memory_text
 from distrun.engines.local import capabilities
 from distrun.engines.local.exits import ExitWatcher
 from distrun.engines.local.jobdir import JobFiles, JobStatus, write_json_atomic
@@ -682,12 +682,6 @@ class Supervisor:
 
     def _write_status(self) -> None:
         write_json_atomic(self.files.status, self.status.to_json())
-
-
-def failure_text(replica: str, cause: str) -> str:
-    """'worker-1 failed: exit code 3', or, for a replica killed for its memory,
-    'worker-1 killed: out of memory (peak 3.9 GiB of a 4 GiB limit)'."""
-    return f"{replica} {cause}" if cause.startswith("killed:") else f"{replica} failed: {cause}"
 
 
 def _signal_group(replica: _Replica, signum: int) -> None:
