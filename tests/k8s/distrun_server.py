@@ -45,7 +45,11 @@ SERVER_RULES: list[dict[str, Any]] = [
         "resources": ["pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs"],
         "verbs": _JOB_VERBS,
     },
-    {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": _JOB_VERBS},
+    {
+        "apiGroups": ["trainer.kubeflow.org"],
+        "resources": ["trainjobs"],
+        "verbs": [*_JOB_VERBS, "patch"],  # suspended before a cancel
+    },
     {"apiGroups": ["batch.volcano.sh"], "resources": ["jobs"], "verbs": _JOB_VERBS},
     {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},

@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,6 +206,15 @@ class KubeApi:
 
     async def replace(self, res: Resource, namespace: str, name: str, body: Obj, what: str) -> Obj:
         return await self._call(what, self._method(res, "replace"), namespace, name, body)
+
+    async def patch(
+        self, res: Resource, namespace: str, name: str, operations: Sequence[Obj], what: str
+    ) -> Obj:
+        """Applies a JSON patch (RFC 6902: a list of operations) to a custom object."""
+        assert res.group, "JSON patches are used for custom objects"
+        # A list body is sent as application/json-patch+json.
+        body = [dict(operation) for operation in operations]
+        return await self._call(what, self._method(res, "patch"), namespace, name, body)
 
     async def delete(
         self, res: Resource, namespace: str, name: str, what: str, propagation: str = "Foreground"

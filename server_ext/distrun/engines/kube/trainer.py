@@ -2,12 +2,13 @@
 (`torch-distributed` for PyTorch). Trainer builds a JobSet whose Indexed Job runs the nodes;
 node i is the spec's i-th replica in role order, so `master-0` is node 0."""
 
+import asyncio
 from typing import Any
 
-from distrun.core.errors import SpecError
+from distrun.core.errors import Conflict, NotFound, SpecError
 from distrun.core.job import Job, JobState
 from distrun.core.spec import JobSpec
-from distrun.engines.kube.client import KubeApi, Obj, Resource
+from distrun.engines.kube.client import KubeApi, Obj, Resource, accesses
 from distrun.engines.kube.engine import KubeEngine, Phase, conditions_phase
 from distrun.engines.kube.manifests.common import Target
 from distrun.engines.kube.manifests.configmap import CodeBundle
@@ -34,17 +35,24 @@ PATCH_REMOVED = (
 )
 
 
+RESOURCE = Resource("trainer.kubeflow.org", "v1alpha1", PLURAL)
+SUSPEND_WAIT_SECONDS = 10.0
+
+
 class TrainerEngine(KubeEngine):
     name = "trainer"
     description = "Kubeflow Trainer v2 TrainJobs against a training runtime."
     operator = "Kubeflow Trainer v2 and its training runtimes"
     kinds = ("TrainJob",)
-    resources = (Resource("trainer.kubeflow.org", "v1alpha1", PLURAL),)
+    resources = (RESOURCE,)
     # Trainer v2.3.0 reconciles a TrainJob that waits for its dependents (Foreground deletion)
     # and applies its JobSet again as the garbage collector deletes it: new pods keep coming.
     # Deleted in the Background, the TrainJob goes at once and its JobSet, Jobs, pods and
-    # ConfigMaps follow it.
+    # ConfigMaps follow it. Even then a reconcile from Trainer's cache, not yet told of the
+    # deletion, can apply the JobSet once more (pods seen starting after a cancel): so the
+    # TrainJob is suspended first (`_suspend_first`).
     deletion_propagation = "Background"
+    extra_access = accesses(RESOURCE, "patch")
 
     def __init__(
         self,
@@ -59,6 +67,39 @@ class TrainerEngine(KubeEngine):
         super().__init__(**kwargs)
         self.runtimes = dict(DEFAULT_RUNTIMES if runtimes is None else runtimes)
         self.runtime_kind = runtime_kind
+
+    async def cancel(self, job_id: str, owner: str) -> Job:
+        await self._suspend_first(job_id, owner)
+        return await super().cancel(job_id, owner)
+
+    async def delete(self, job_id: str, owner: str) -> None:
+        await self._suspend_first(job_id, owner)
+        await super().delete(job_id, owner)
+
+    async def _suspend_first(self, job_id: str, owner: str) -> None:
+        """Suspends a running TrainJob and waits (a few seconds at most) until Trainer says it
+        is: Trainer applies the JobSet suspended before it sets that condition, so from then
+        on its cache holds the suspended TrainJob, and a reconcile after the deletion can only
+        apply a JobSet that starts no pod."""
+        api = await self.api()
+        obj = await self._owned_object(api, job_id, owner)
+        if obj.get("metadata", {}).get("deletionTimestamp") or _suspended(obj):
+            return
+        namespace = obj["metadata"]["namespace"]
+        suspend = [{"op": "add", "path": "/spec/suspend", "value": True}]
+        try:
+            await api.patch(RESOURCE, namespace, job_id, suspend, "suspend the job to cancel it")
+        except (NotFound, Conflict, SpecError):
+            return  # gone, finished or refused: the deletion does the rest
+        deadline = asyncio.get_running_loop().time() + SUSPEND_WAIT_SECONDS
+        while asyncio.get_running_loop().time() < deadline:
+            try:
+                current = await api.get(RESOURCE, namespace, job_id, "read the job")
+            except NotFound:
+                return
+            if _suspended(current):
+                return
+            await asyncio.sleep(0.2)
 
     def build(self, spec: JobSpec, target: Target) -> tuple[Obj, CodeBundle]:
         runtime = self.runtimes.get(spec.framework)
@@ -114,3 +155,11 @@ class TrainerEngine(KubeEngine):
 def _has_distruns_patch(obj: Obj) -> bool:
     patches = (obj.get("spec") or {}).get("runtimePatches") or []
     return any(isinstance(p, dict) and p.get("manager") == PATCH_MANAGER for p in patches)
+
+
+def _suspended(obj: Obj) -> bool:
+    """Whether Trainer has taken the TrainJob's suspension in (its Suspended condition)."""
+    return any(
+        c.get("type") == "Suspended" and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
