@@ -31,7 +31,12 @@ from .waiting import eventually
 pytestmark = pytest.mark.kubernetes
 
 # Anchors close together and a short wait before a claim, so a test sees every case quickly.
-POLICY = {"log_anchor_bytes": 2048, "log_anchor_seconds": 0.2, "log_claim_after": 2.0}
+POLICY = {
+    "log_anchor_bytes": 2048,
+    "log_anchor_seconds": 0.2,
+    "log_anchor_flush_seconds": 1.0,
+    "log_claim_after": 2.0,
+}
 CLAIM_GAP = 2048 // 22 + 1  # AnchorPolicy.claim_gap of POLICY
 
 

@@ -15,7 +15,8 @@ A file with no anchor in it:
   first follower anchors that);
 - the instance ended and its line count is in the ledger: the file holds its last lines;
 - otherwise the file began with a rotation after the newest anchor. A follower waits
-  `claim_after` for the live follower's next anchor (there may be one, in another server) and
+  `claim_after` for the live follower's next anchor (there may be one, in another server, which
+  places one within `every_seconds` and writes it within `flush_seconds`) and
   then claims the file: its first line is numbered `claim_gap` after the newest anchor, more
   than a follower can have read past its newest anchor. The lines that went with the rotated
   file (which no reader can get) leave a gap in the seqs, never a repeat. A claim is an anchor
@@ -45,7 +46,19 @@ AnchorBook = dict[str, dict[str, list["Anchor"]]]
 class AnchorPolicy:
     every_bytes: int = 1 << 20
     every_seconds: float = 30.0
-    claim_after: float = 60.0  # more than every_seconds and the writing delay together
+    # A job's new anchors are written together, at most this often: one write per job and
+    # minute, however many replicas (150 jobs x 8 replicas: 150 writes/min, not 400-700).
+    flush_seconds: float = 60.0
+    claim_after: float = 120.0  # more than every_seconds and flush_seconds together
+
+    def __post_init__(self) -> None:
+        if self.claim_after <= self.every_seconds + self.flush_seconds:
+            raise ValueError(
+                f"log_claim_after ({self.claim_after:g} s) must be more than log_anchor_seconds"
+                f" and log_anchor_flush_seconds together ({self.every_seconds:g} +"
+                f" {self.flush_seconds:g} s): a reader must wait out the live follower's next"
+                " anchor before it claims a rotated file"
+            )
 
     @property
     def claim_gap(self) -> int:

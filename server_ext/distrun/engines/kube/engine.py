@@ -155,6 +155,7 @@ class KubeEngine:
         limits: Limits | None = None,
         log_anchor_bytes: int = AnchorPolicy.every_bytes,
         log_anchor_seconds: float = AnchorPolicy.every_seconds,
+        log_anchor_flush_seconds: float = AnchorPolicy.flush_seconds,
         log_claim_after: float = AnchorPolicy.claim_after,
     ) -> None:
         """`namespace` is one namespace for everyone or a template such as
@@ -181,7 +182,9 @@ class KubeEngine:
             gpu=GpuMode(gpu_mode, gpu_shared_resource, tuple(gpu_mig_profiles)),
         )
         self.limits = limits or Limits()
-        self.anchor_policy = AnchorPolicy(log_anchor_bytes, log_anchor_seconds, log_claim_after)
+        self.anchor_policy = AnchorPolicy(
+            log_anchor_bytes, log_anchor_seconds, log_anchor_flush_seconds, log_claim_after
+        )
         self._kubeconfig, self._context = kubeconfig, context
         self._api: KubeApi | None = (
             KubeApi(api_client, owns_client=False) if api_client is not None else None

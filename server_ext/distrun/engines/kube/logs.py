@@ -58,7 +58,6 @@ EmitPartial = Callable[[LogLine], None]
 # How often at most a replica's unfinished line is passed on (as the local engine records it).
 PARTIAL_INTERVAL = 0.25
 _LEDGER_RETRIES = 8
-ANCHOR_FLUSH_SECONDS = 5.0  # a job's new anchors are written together, at most this often
 RECONNECT_SECONDS = (0.05, 1.0)  # a log stream that ended early: first wait, longest wait
 # Bytes before a line's text read with timestamps=True: "2024-01-02T03:04:05.123456789Z ".
 TIMESTAMP_ROOM = 64
@@ -220,7 +219,7 @@ def current_instance(replica: str, pod: dict[str, Any], container: str) -> Insta
 class LedgerStore:
     """The job ConfigMap's ledger and anchors (anchors.py), read and written with optimistic
     concurrency. Anchors a follower leaves are seen at once in this process and written at
-    most every ANCHOR_FLUSH_SECONDS, all of a job's replicas in one request."""
+    most every `policy.flush_seconds`, all of a job's replicas in one request."""
 
     def __init__(
         self, api: KubeApi, namespace: str, name: str, policy: AnchorPolicy | None = None
@@ -275,7 +274,7 @@ class LedgerStore:
             self._flush = asyncio.create_task(self._flush_later())
 
     async def _flush_later(self) -> None:
-        await asyncio.sleep(ANCHOR_FLUSH_SECONDS)
+        await asyncio.sleep(self.policy.flush_seconds)
         self._flush = None
         await self.write_anchors()
 
