@@ -137,6 +137,7 @@ def test_singleuser_rbac_covers_jobs_configmaps_pods_logs_events_and_nothing_els
     assert ("kubeflow.org", "pytorchjobs", "create") in granted
     assert ("batch.volcano.sh", "jobs", "delete") in granted
     assert ("", "pods/log", "get") in granted
+    assert ("metrics.k8s.io", "pods", "list") in granted  # usage, where metrics-server runs
     assert ("", "pods", "create") not in granted
     assert not any(resource in ("secrets", "roles", "rolebindings") for _, resource, _ in granted)
     assert "*" not in {verb for _, _, verb in granted}

@@ -34,6 +34,8 @@ TRAINING_OPERATOR_PACKAGE = "github.com/kubeflow/training-operator/cmd/training-
 
 KUEUE_VERSION = "v0.14.0"
 KUEUE_PACKAGE = "sigs.k8s.io/kueue/cmd/kueue"
+METRICS_SERVER_VERSION = "v0.8.0"
+METRICS_SERVER_PACKAGE = "sigs.k8s.io/metrics-server/cmd/metrics-server"
 
 KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
@@ -224,6 +226,13 @@ def ensure_training_operator(report: Report = report_to_stderr) -> Path:
 def ensure_kueue(report: Report = report_to_stderr) -> Path:
     """Kueue's controller manager (`cmd/kueue`; its webhooks are served by the same binary)."""
     return ensure_go_command("kueue", KUEUE_VERSION, KUEUE_PACKAGE, "kueue", report)
+
+
+def ensure_metrics_server(report: Report = report_to_stderr) -> Path:
+    """metrics-server, which serves `metrics.k8s.io` from the kubelets' (here kwok's) metrics."""
+    return ensure_go_command(
+        "metrics-server", METRICS_SERVER_VERSION, METRICS_SERVER_PACKAGE, "metrics-server", report
+    )
 
 
 def ensure_go_command(name: str, version: str, package: str, product: str, report: Report) -> Path:

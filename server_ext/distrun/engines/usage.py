@@ -8,10 +8,7 @@ from distrun.engines.protocol import Engine, UsageEngine
 
 
 def not_sampled_reason(engine: Engine) -> str:
-    return (
-        f"the {engine.name} engine does not sample replicas' usage: distrun reads it for the "
-        "local engine only so far (on Kubernetes it is to come from metrics-server)"
-    )
+    return f"the {engine.name} engine does not sample replicas' usage"
 
 
 async def usage_report(engine: Engine, job_id: str, owner: str, since: int) -> UsageReport:

@@ -31,7 +31,7 @@ from distrun.core.job import Job, JobState, ReplicaStatus
 from distrun.core.logs import Cursor, LogEvent, LogLine
 from distrun.core.quantities import quantity_value
 from distrun.core.spec import JobSpec, Limits
-from distrun.core.usage import failure_text, out_of_memory_text
+from distrun.core.usage import UsageReport, UsageUpdate, failure_text, out_of_memory_text
 from distrun.engines.cursors import selected_replicas, start_seqs
 from distrun.engines.kube.anchors import AnchorPolicy
 from distrun.engines.kube.client import (
@@ -70,6 +70,7 @@ from distrun.engines.kube.manifests.common import (
     owner_selector,
 )
 from distrun.engines.kube.manifests.configmap import CodeBundle
+from distrun.engines.kube.pod_usage import POD_METRICS, PodUsage
 from distrun.engines.protocol import EngineInfo
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ SHARED_ACCESS = (
     *accesses(PODS, "get", subresource="log"),
     *accesses(EVENTS, "list"),  # why a job waits
     *accesses(WORKLOADS, "list"),  # why Kueue holds it
+    *accesses(POD_METRICS, "list"),  # replicas' usage, where metrics-server serves it
 )
 JOB_VERBS = ("create", "get", "list", "watch", "delete")
 
@@ -192,6 +194,7 @@ class KubeEngine:
         self._api_lock = asyncio.Lock()
         self._feeds: dict[tuple[str, str], JobFeed] = {}  # by namespace and job id
         self._informers = Informers()  # what the feeds read, one per namespace and resource
+        self._usage = PodUsage()  # metrics.k8s.io, read while someone looks (pod_usage.py)
 
     # --- the hooks each kind implements ---
 
@@ -464,6 +467,38 @@ class KubeEngine:
                 yield event
         finally:
             await self._leave_feed(feed)
+
+    async def read_usage(self, job_id: str, owner: str, *, since: int = 0) -> UsageReport:
+        api = await self.api()
+        obj, spec = await self._get_owned(api, job_id, owner)
+        return await self._usage_of(api, obj["metadata"]["namespace"], job_id, spec, since)
+
+    async def follow_usage(
+        self, job_id: str, owner: str, *, since: int = 0
+    ) -> AsyncIterator[UsageUpdate]:
+        """New samples every interval while the job runs; the job and its state come from its
+        feed (the watch its log followers share), so following asks only for the usage."""
+        feed = await self._join_feed(job_id, owner)
+        try:
+            while True:
+                over = feed.gone or feed.job.state.terminal
+                report = await self._usage_of(feed.api, feed.namespace, job_id, feed.spec, since)
+                if report.samples:
+                    since = report.samples[-1].seq + 1
+                    yield UsageUpdate(report.samples)
+                if over or not report.available:
+                    return
+                await asyncio.sleep(self._usage.interval)
+        finally:
+            await self._leave_feed(feed)
+
+    async def _usage_of(
+        self, api: KubeApi, namespace: str, job_id: str, spec: JobSpec, since: int
+    ) -> UsageReport:
+        selector = self.pod_selector(job_id)
+        return await self._usage.report(
+            api, namespace, job_id, spec, selector, self.replica_of, since
+        )
 
     async def _join_feed(self, job_id: str, owner: str) -> JobFeed:
         """The job's feed, started if none runs; the owner is checked against the job object
