@@ -56,6 +56,7 @@ SERVER_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "update"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
+    {"apiGroups": ["metrics.k8s.io"], "resources": ["pods"], "verbs": ["list"]},
 ]
 
 

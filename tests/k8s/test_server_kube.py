@@ -232,6 +232,8 @@ async def test_bob_gets_404_for_everything_of_alices(
         assert "secret" not in str(body)
     status, listed = await server.call("bob", "distrun", "jobs")
     assert status == 200 and job_id not in [j["id"] for j in listed["jobs"]]
+    status, body = await server.call("bob", "distrun", "jobs", job_id, "usage")
+    assert status == 404 and "secret" not in str(body)
 
     ws = await server.websocket("bob", "distrun", "jobs", job_id, "logs", "stream")
     messages = await read_to_end(ws)
@@ -243,6 +245,22 @@ async def test_bob_gets_404_for_everything_of_alices(
     assert status == 200 and mine["state"] != "cancelled"
     status, listed = await server.call("alice", "distrun", "jobs", engine="kubeflow")
     assert job_id in [j["id"] for j in listed["jobs"]]
+
+
+# --- usage ------------------------------------------------------------------------------
+
+
+async def test_without_metrics_server_the_usage_says_it_is_not_installed(
+    servers: tuple[DistrunServer, DistrunServer], kube_cluster: KubeCluster
+) -> None:
+    """The tier's API server serves no metrics.k8s.io: no metrics-server is registered."""
+    server, _ = servers
+    with pods_held(kube_cluster):
+        job = await submit_cell(server, CELL)
+    status, usage = await server.call("alice", "distrun", "jobs", job["id"], "usage")
+    assert status == 200, usage
+    assert usage["available"] is False and usage["samples"] == []
+    assert usage["reason"] == "metrics-server is not installed in this cluster: no usage"
 
 
 # --- no state in the server process ------------------------------------------------------

@@ -1,7 +1,7 @@
 """engines/kube/pod_usage.py against a scripted metrics.k8s.io: PodMetrics mapped to replicas as
 the Kubeflow engine maps pods, one LIST per namespace and interval shared by every job there,
-and metrics-server's absence said in words. The tier's tests/k8s/test_pod_usage.py reads
-kwok's simulated usage through the real metrics-server."""
+and metrics-server's absence said in words. The tier's tests/k8s/test_server_kube.py checks
+the absence against the real API server."""
 
 from __future__ import annotations
 
