@@ -198,6 +198,7 @@ class ServerProcess:
         *,
         headers: Mapping[str, str] | None = None,
         query: Mapping[str, Any] | None = None,
+        subprotocols: tuple[str, ...] = STREAM_PROTOCOLS,
     ) -> WebSocketClientConnection:
         url = self.url_of(path, query).replace("http://", "ws://", 1)
         request = HTTPRequest(
@@ -206,7 +207,7 @@ class ServerProcess:
         # The log stream's current version (the server gives version 1 to a client that offers
         # none: core/stream_versions.py).
         return await websocket_connect(
-            request, max_message_size=64 * 1024 * 1024, subprotocols=list(STREAM_PROTOCOLS)
+            request, max_message_size=64 * 1024 * 1024, subprotocols=list(subprotocols)
         )
 
     def url_of(self, path: str, query: Mapping[str, Any] | None = None) -> str:

@@ -189,8 +189,13 @@ class DistrunServer:
             method, "/".join(path), body, headers=_auth(user), query=query
         )
 
-    async def websocket(self, user: str, *path: str, **query: Any) -> WebSocketClientConnection:
-        return await self.process.websocket("/".join(path), headers=_auth(user), query=query)
+    async def websocket(
+        self, user: str, *path: str, subprotocols: tuple[str, ...] | None = None, **query: Any
+    ) -> WebSocketClientConnection:
+        chosen = {} if subprotocols is None else {"subprotocols": subprotocols}
+        return await self.process.websocket(
+            "/".join(path), headers=_auth(user), query=query, **chosen
+        )
 
 
 def _auth(user: str) -> dict[str, str]:

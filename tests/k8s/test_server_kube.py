@@ -17,6 +17,7 @@ from kubernetes_asyncio import client
 from tornado.websocket import WebSocketClientConnection
 
 from distrun.client.log_resume import rows_of_runs
+from distrun.core.stream_versions import V3_USAGE
 
 from .cluster import KubeCluster
 from .distrun_server import (
@@ -261,6 +262,17 @@ async def test_without_metrics_server_the_usage_says_it_is_not_installed(
     assert status == 200, usage
     assert usage["available"] is False and usage["samples"] == []
     assert usage["reason"] == "metrics-server is not installed in this cluster: no usage"
+    # The log stream's usage version sends no usage and still ends with the job.
+    path = ("distrun", "jobs", job["id"], "logs", "stream")
+    ws = await server.websocket("alice", *path, subprotocols=(V3_USAGE,))
+    assert ws.selected_subprotocol == V3_USAGE
+    status, _ = await server.call(
+        "alice", "distrun", "jobs", job["id"], "cancel", method="POST", body={}
+    )
+    assert status == 200
+    messages = await read_to_end(ws)
+    assert messages[-1] == {"type": "end"} and ws.close_code == 1000
+    assert not [m for m in messages if m["type"] == "usage"]
 
 
 # --- no state in the server process ------------------------------------------------------
