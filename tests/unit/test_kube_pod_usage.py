@@ -5,9 +5,11 @@ the absence against the real API server."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from distrun.core.errors import EngineError, NotFound
+from distrun.core.job import JobState
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.client import Obj, Resource
 from distrun.engines.kube.kubeflow import KubeflowEngine
@@ -109,3 +111,52 @@ async def test_an_unavailable_metrics_server_is_named_with_the_error() -> None:
     result = await report(PodUsage(), api, "a")
     assert not result.available and result.reason is not None
     assert result.reason.startswith("metrics-server does not answer:") and "503" in result.reason
+
+
+class FakeFeed:
+    """What follow_usage reads of a job's feed: its API, namespace, spec and state."""
+
+    def __init__(self, api: MetricsApi) -> None:
+        self.api, self.namespace, self.spec = api, "team", SPEC
+        self.gone = False
+        self.job = SimpleNamespace(state=JobState.RUNNING)
+
+
+async def test_following_yields_each_new_sample_and_ends_after_the_job() -> None:
+    api = MetricsApi([pod_metrics("a", "Worker", 0, "1", "1Mi")])
+    engine = KubeflowEngine()
+    engine._usage = PodUsage(interval=0)
+    feed = FakeFeed(api)
+    left: list[object] = []
+
+    async def join(job_id: str, owner: str) -> FakeFeed:
+        return feed
+
+    async def leave(joined: object) -> None:
+        left.append(joined)
+
+    engine._join_feed = join  # type: ignore[assignment]
+    engine._leave_feed = leave  # type: ignore[assignment]
+    seqs: list[int] = []
+    async for update in engine.follow_usage("a", "alice"):
+        seqs += [sample.seq for sample in update.samples]
+        if len(seqs) == 2:
+            feed.job.state = JobState.SUCCEEDED  # one more read after the end, then none
+    assert seqs == [0, 1, 2] and left == [feed]
+    await engine.close()
+
+
+async def test_following_without_metrics_server_ends_at_once() -> None:
+    engine = KubeflowEngine()
+    feed = FakeFeed(MetricsApi([], NotFound("not served")))
+
+    async def join(job_id: str, owner: str) -> FakeFeed:
+        return feed
+
+    async def leave(joined: object) -> None:
+        pass
+
+    engine._join_feed = join  # type: ignore[assignment]
+    engine._leave_feed = leave  # type: ignore[assignment]
+    assert [update async for update in engine.follow_usage("a", "alice")] == []
+    await engine.close()
