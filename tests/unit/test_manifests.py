@@ -482,3 +482,20 @@ def test_trainjob_refuses_roles_with_different_resources() -> None:
     s = spec(roles={"worker": {"replicas": 1, "resources": {"gpu": 1}}})
     with pytest.raises(SpecError, match="same resources"):
         trainjob(s, TARGET, OPTIONS, trainer_bundle(s, TARGET), runtime="torch-distributed")
+
+
+@pytest.mark.parametrize("policy", ["OnFailure", "ExitCode", "Always"])
+def test_trainjob_refuses_restarts_its_runtime_decides(policy: str) -> None:
+    """Trainer v2.3.0's TrainJob cannot set restartPolicy or backoffLimit: a spec asking for
+    restarts is refused in words naming what to write instead, not run with the runtime's."""
+    s = spec(restart_policy=policy, backoff_limit=2)
+    with pytest.raises(SpecError, match="write %restartPolicy=Never here") as refused:
+        trainjob(s, TARGET, OPTIONS, trainer_bundle(s, TARGET), runtime="torch-distributed")
+    assert refused.value.field == "restart_policy"
+
+
+def test_trainjob_takes_never_whatever_the_backoff_limit() -> None:
+    """Never asks for no restarts on every engine, so its backoff limit changes nothing."""
+    s = spec(restart_policy="Never", backoff_limit=2)
+    job = trainjob(s, TARGET, OPTIONS, trainer_bundle(s, TARGET), runtime="torch-distributed")
+    assert job["kind"] == "TrainJob"

@@ -14,6 +14,7 @@ from typing import Any
 from distrun.core.entrypoint import argv
 from distrun.core.errors import SpecError
 from distrun.core.replica_env import PYTORCH_NPROC_PER_NODE, replica_addresses
+from distrun.core.restarts import restart_plan
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.manifests.common import (
     ClusterOptions,
@@ -82,6 +83,7 @@ def trainjob(
         raise SpecError(
             f"runtime kind {runtime_kind!r} is neither ClusterTrainingRuntime nor TrainingRuntime"
         )
+    check_restart_policy(spec)
     trainer: dict[str, Any] = {
         "image": options.image(spec),
         "command": [options.python, LAUNCHER_PATH, *_user_argv(options, code)],
@@ -112,6 +114,22 @@ def trainjob(
         "metadata": kueue_metadata(target, spec, options),
         "spec": body,
     }
+
+
+def check_restart_policy(spec: JobSpec) -> None:
+    """A TrainJob (v2.3.0) cannot say how its nodes restart: its runtimePatches reach only
+    metadata, volumes, containers and a few pod fields, while the pods' restartPolicy, the child
+    Job's backoffLimit and the JobSet's failurePolicy come from the runtime (Trainer sets none of
+    them, so JobSet's webhook makes the pods OnFailure and Kubernetes gives the Job backoffLimit
+    6). Refuse a spec that asks for restarts rather than run it with the runtime's count."""
+    if restart_plan(spec).scope is not None:
+        raise SpecError(
+            f"restart_policy {spec.restart_policy} is not held on Trainer v2: a TrainJob cannot "
+            "set its nodes' restartPolicy or backoffLimit (its training runtime decides them); "
+            "write %restartPolicy=Never here, or run on the Training Operator, Volcano or local "
+            "engine, which restart as asked",
+            field="restart_policy",
+        )
 
 
 def _user_argv(options: ClusterOptions, code: CodeBundle) -> list[str]:
