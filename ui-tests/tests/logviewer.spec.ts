@@ -2,7 +2,7 @@ import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
 import { Locator } from '@playwright/test';
 import * as fs from 'fs';
 import * as path from 'path';
-import { serverExtensionPresent } from './helpers';
+import { openViewer, serverExtensionPresent, viewer } from './helpers';
 
 const RUN_BUTTON =
   '.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]';
@@ -37,12 +37,6 @@ async function setActiveCellSource(
     const cell = app.shell.currentWidget.content.activeCell;
     cell.model.sharedModel.setSource(text);
   }, source);
-}
-
-function viewer(page: IJupyterLabPageFixture, jobId: string): Locator {
-  return page.locator(
-    `.jp-MainAreaWidget [data-test-id="distrun-viewer"][data-job-id="${jobId}"]`
-  );
 }
 
 function byTestId(scope: Locator, id: string): Locator {
@@ -223,14 +217,7 @@ test.describe('Log viewer', () => {
     });
     expect(submitted.status()).toBe(201);
     const jobId = (await submitted.json()).id as string;
-    await page.evaluate(
-      id =>
-        (window as any).jupyterapp.commands.execute('distrun:open-logs', {
-          id
-        }),
-      jobId
-    );
-    const view = viewer(page, jobId);
+    const view = await openViewer(page, jobId);
     await expect(byTestId(view, 'distrun-viewer-status')).toHaveAttribute(
       'data-state',
       'succeeded',
@@ -321,14 +308,7 @@ test.describe('Log viewer with a million lines', () => {
     });
     expect(submitted.status()).toBe(201);
     const jobId = (await submitted.json()).id as string;
-    await page.evaluate(
-      id =>
-        (window as any).jupyterapp.commands.execute('distrun:open-logs', {
-          id
-        }),
-      jobId
-    );
-    const view = viewer(page, jobId);
+    const view = await openViewer(page, jobId);
     const log = byTestId(view, 'distrun-viewer-log');
     await expect(
       log.locator('.jp-distrun-VirtualList-row').first()

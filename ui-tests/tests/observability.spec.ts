@@ -1,8 +1,10 @@
 import { expect, test } from '@jupyterlab/galata';
-import { expectServerExtension, firstCellJob } from './helpers';
-
-const RUN_BUTTON =
-  '.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]';
+import {
+  expectServerExtension,
+  firstCellJob,
+  openViewer,
+  runFirstCell
+} from './helpers';
 
 // Line 4 of the cell fails (its header lines count: they are blank lines in main.py).
 const FAILING = [
@@ -44,10 +46,8 @@ test.describe('Seeing what replicas do', () => {
   test("a traceback frame puts the cursor on the cell's failing line", async ({
     page
   }) => {
-    await page.notebook.setCell(0, 'code', FAILING);
+    await runFirstCell(page, FAILING);
     await page.notebook.addCell('code', 'print("another cell")');
-    await page.notebook.selectCells(0);
-    await page.locator(RUN_BUTTON).click();
     const job = firstCellJob(page);
     await expect(
       job.locator('[data-test-id="distrun-job-status"]')
@@ -74,16 +74,7 @@ test.describe('Seeing what replicas do', () => {
     // The same frame in the log viewer's lines brings the notebook back to that line.
     await page.notebook.selectCells(1);
     const jobId = await job.getAttribute('data-job-id');
-    await page.evaluate(
-      id =>
-        (window as any).jupyterapp.commands.execute('distrun:open-logs', {
-          id
-        }),
-      jobId
-    );
-    const viewer = page.locator(
-      `[data-test-id="distrun-viewer"][data-job-id="${jobId}"]`
-    );
+    const viewer = await openViewer(page, jobId!);
     await viewer
       .locator('.jp-distrun-frame-link', { hasText: 'line 4' })
       .first()
@@ -92,9 +83,7 @@ test.describe('Seeing what replicas do', () => {
   });
 
   test('the usage gauges move while a job runs', async ({ page }) => {
-    await page.notebook.setCell(0, 'code', GROWING);
-    await page.notebook.selectCells(0);
-    await page.locator(RUN_BUTTON).click();
+    await runFirstCell(page, GROWING);
     const job = firstCellJob(page);
     const gauge = job.locator(
       '[data-test-id="distrun-job-usage"] .jp-distrun-usage-gauge[data-replica="worker-0"]'
@@ -116,16 +105,7 @@ test.describe('Seeing what replicas do', () => {
       .toBeGreaterThanOrEqual(3);
     // The log viewer's Usage tab plots the same samples, memory per replica over time.
     const jobId = await job.getAttribute('data-job-id');
-    await page.evaluate(
-      id =>
-        (window as any).jupyterapp.commands.execute('distrun:open-logs', {
-          id
-        }),
-      jobId
-    );
-    const viewer = page.locator(
-      `[data-test-id="distrun-viewer"][data-job-id="${jobId}"]`
-    );
+    const viewer = await openViewer(page, jobId!);
     await viewer.locator('[data-test-id="distrun-viewer-tab-usage"]').click();
     await viewer
       .locator('[data-test-id="distrun-viewer-usage-measure"]')
@@ -144,24 +124,13 @@ test.describe('Seeing what replicas do', () => {
   test("a real SummaryWriter's scalars are plotted in the Metrics tab", async ({
     page
   }) => {
-    await page.notebook.setCell(0, 'code', SUMMARY_WRITER);
-    await page.notebook.selectCells(0);
-    await page.locator(RUN_BUTTON).click();
+    await runFirstCell(page, SUMMARY_WRITER);
     const job = firstCellJob(page);
     await expect(
       job.locator('[data-test-id="distrun-job-status"]')
     ).toHaveAttribute('data-state', 'succeeded', { timeout: 120_000 });
     const jobId = await job.getAttribute('data-job-id');
-    await page.evaluate(
-      id =>
-        (window as any).jupyterapp.commands.execute('distrun:open-logs', {
-          id
-        }),
-      jobId
-    );
-    const viewer = page.locator(
-      `[data-test-id="distrun-viewer"][data-job-id="${jobId}"]`
-    );
+    const viewer = await openViewer(page, jobId!);
     await viewer.locator('[data-test-id="distrun-viewer-tab-metrics"]').click();
     const metric = viewer.locator('[data-test-id="distrun-viewer-metric"]');
     await expect(metric.locator('option')).toContainText([

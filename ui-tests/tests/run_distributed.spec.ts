@@ -1,8 +1,10 @@
-import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
-import { firstCellJob, serverExtensionPresent } from './helpers';
-
-const RUN_BUTTON =
-  '.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]';
+import { expect, test } from '@jupyterlab/galata';
+import {
+  firstCellJob,
+  RUN_BUTTON,
+  runFirstCell,
+  serverExtensionPresent
+} from './helpers';
 
 // One-line loops: the editor auto-indents typed lines, which would break nested blocks.
 const TWO_WORKERS = [
@@ -17,15 +19,6 @@ const SLOW_WORKERS = [
   'import time',
   'for i in range(300): print("tick", i, flush=True); time.sleep(0.1)'
 ].join('\n');
-
-async function runFirstCell(
-  page: IJupyterLabPageFixture,
-  source: string
-): Promise<void> {
-  await page.notebook.setCell(0, 'code', source);
-  await page.notebook.selectCells(0);
-  await page.locator(RUN_BUTTON).click();
-}
 
 test.describe('Run distributed', () => {
   test.beforeEach(async ({ page }) => {
