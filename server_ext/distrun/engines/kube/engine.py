@@ -374,6 +374,7 @@ class KubeEngine:
             await self._stop_running_pods(api, obj, spec)
             return await self.get_job(job_id, owner)
         try:
+            await self.before_removal(api, obj)
             namespace = obj["metadata"]["namespace"]
             deleted = await api.delete(
                 self.resource_of(obj),
@@ -391,10 +392,15 @@ class KubeEngine:
         obj.setdefault("metadata", {}).setdefault("deletionTimestamp", "now")
         return describe(self.name, obj, spec, {}, self.phase(obj))
 
+    async def before_removal(self, api: KubeApi, obj: Obj) -> None:
+        """What a kind needs done to its running object before cancel or delete removes it
+        (Trainer: suspend the TrainJob); nothing by default."""
+
     async def delete(self, job_id: str, owner: str) -> None:
         api = await self.api()
         obj = await self._owned_object(api, job_id, owner)
         with contextlib.suppress(NotFound):
+            await self.before_removal(api, obj)
             namespace = obj["metadata"]["namespace"]
             await api.delete(
                 self.resource_of(obj),

@@ -50,7 +50,7 @@ class TrainerEngine(KubeEngine):
     # Deleted in the Background, the TrainJob goes at once and its JobSet, Jobs, pods and
     # ConfigMaps follow it. Even then a reconcile from Trainer's cache, not yet told of the
     # deletion, can apply the JobSet once more (pods seen starting after a cancel): so the
-    # TrainJob is suspended first (`_suspend_first`).
+    # TrainJob is suspended first (`before_removal`).
     deletion_propagation = "Background"
     extra_access = accesses(RESOURCE, "patch")
 
@@ -68,24 +68,14 @@ class TrainerEngine(KubeEngine):
         self.runtimes = dict(DEFAULT_RUNTIMES if runtimes is None else runtimes)
         self.runtime_kind = runtime_kind
 
-    async def cancel(self, job_id: str, owner: str) -> Job:
-        await self._suspend_first(job_id, owner)
-        return await super().cancel(job_id, owner)
-
-    async def delete(self, job_id: str, owner: str) -> None:
-        await self._suspend_first(job_id, owner)
-        await super().delete(job_id, owner)
-
-    async def _suspend_first(self, job_id: str, owner: str) -> None:
+    async def before_removal(self, api: KubeApi, obj: Obj) -> None:
         """Suspends a running TrainJob and waits (a few seconds at most) until Trainer says it
         is: Trainer applies the JobSet suspended before it sets that condition, so from then
         on its cache holds the suspended TrainJob, and a reconcile after the deletion can only
         apply a JobSet that starts no pod."""
-        api = await self.api()
-        obj = await self._owned_object(api, job_id, owner)
         if obj.get("metadata", {}).get("deletionTimestamp") or _suspended(obj):
             return
-        namespace = obj["metadata"]["namespace"]
+        namespace, job_id = obj["metadata"]["namespace"], obj["metadata"]["name"]
         suspend = [{"op": "add", "path": "/spec/suspend", "value": True}]
         try:
             await api.patch(RESOURCE, namespace, job_id, suspend, "suspend the job to cancel it")
