@@ -1,6 +1,6 @@
 """`%elastic=MIN:MAX`: what the header and the spec take and refuse (in words, with the field or
-line to fix), how an elastic job restarts, the agent's command line on the local engine, and the
-cluster engines' refusal until it is mapped there."""
+line to fix), how an elastic job restarts and the agent's command line on the local engine (the
+cluster engines' mapping: test_kube_restart_settings.py)."""
 
 from typing import Any
 
@@ -11,10 +11,6 @@ from distrun.core.errors import SpecError
 from distrun.core.header import parse_cell, render_header
 from distrun.core.restarts import ELASTIC_RESTARTS, restart_plan
 from distrun.core.spec import JobSpec
-from distrun.engines.kube.engine import KubeEngine
-from distrun.engines.kube.kubeflow import KubeflowEngine
-from distrun.engines.kube.trainer import TrainerEngine
-from distrun.engines.kube.volcano import VolcanoEngine
 from distrun.engines.local.elastic import agent_argv
 
 THREE = {"master": {"replicas": 1}, "worker": {"replicas": 2}}
@@ -86,15 +82,6 @@ def test_each_replica_runs_torchs_elastic_agent_at_the_jobs_rendezvous() -> None
         "--rdzv-id=job-1",
         "--max-restarts=3",
     } <= set(argv)
-
-
-@pytest.mark.parametrize("engine", [KubeflowEngine, TrainerEngine, VolcanoEngine])
-async def test_a_cluster_engine_refuses_elastic_it_cannot_map_yet(
-    engine: type[KubeEngine],
-) -> None:
-    with pytest.raises(SpecError, match="local engine only for now") as refused:
-        await engine().submit(elastic("2:3"), "alice")
-    assert refused.value.field == "elastic"
 
 
 def test_the_command_line_writes_the_range() -> None:

@@ -1,5 +1,6 @@
-"""What the cluster engines do with the restart settings they cannot map yet: refuse them in
-words (docs/fault-tolerance.md), before asking any cluster."""
+"""What each cluster engine does with `%restart`, `%maxRestarts` and `%elastic`
+(docs/fault-tolerance.md): maps them onto its controller's own fields, or refuses them in words
+before asking any cluster."""
 
 from typing import Any
 
@@ -7,18 +8,167 @@ import pytest
 
 from distrun.core.errors import SpecError
 from distrun.core.spec import JobSpec
-from distrun.engines.kube.engine import KubeEngine
+from distrun.engines.kube.engine import KubeEngine, Phase, describe
 from distrun.engines.kube.kubeflow import KubeflowEngine
+from distrun.engines.kube.manifests.common import ClusterOptions, Target
+from distrun.engines.kube.manifests.configmap import code_bundle
+from distrun.engines.kube.manifests.kubeflow import kubeflow_job
+from distrun.engines.kube.manifests.volcano import volcano_bundle, volcano_job
 from distrun.engines.kube.trainer import TrainerEngine
 from distrun.engines.kube.volcano import VolcanoEngine
 
+TARGET = Target("train-abcde", "alice", "alice")
+OPTIONS = ClusterOptions()
+THREE = {"master": {"replicas": 1}, "worker": {"replicas": 2}}
 
-@pytest.mark.parametrize("engine", [KubeflowEngine, TrainerEngine, VolcanoEngine])
-@pytest.mark.parametrize("fields", [{"restart": "job"}, {"max_restarts": 2}])
-async def test_a_cluster_engine_refuses_whole_job_restart_it_cannot_map_yet(
-    engine: type[KubeEngine], fields: dict[str, Any]
+
+def spec(framework: str = "pytorch", **fields: Any) -> JobSpec:
+    return JobSpec.from_dict({"framework": framework, "code": "print(1)\n", **fields})
+
+
+def volcano(s: JobSpec) -> dict[str, Any]:
+    return volcano_job(s, TARGET, OPTIONS, volcano_bundle(s, TARGET))
+
+
+def kubeflow(s: JobSpec) -> dict[str, Any]:
+    return kubeflow_job(s, TARGET, OPTIONS, code_bundle(s, TARGET))
+
+
+async def refusal(engine: type[KubeEngine], s: JobSpec) -> SpecError:
+    """The engine's refusal of `s`, before any cluster is asked (there is none here)."""
+    with pytest.raises(SpecError) as refused:
+        await engine().submit(s, "alice")
+    return refused.value
+
+
+# -- Volcano: every restart is of the whole job ------------------------------------------------
+
+
+@pytest.mark.parametrize(("restarts", "max_retry"), [(0, 1), (1, 2), (3, 4)])
+def test_volcano_maps_a_whole_job_restart_to_restartjob_counted_by_max_retry(
+    restarts: int, max_retry: int
 ) -> None:
-    spec = JobSpec.from_dict({"framework": "pytorch", "code": "", **fields})
-    with pytest.raises(SpecError, match="local engine only for now") as refused:
-        await engine().submit(spec, "alice")
-    assert refused.value.field == next(iter(fields))
+    body = volcano(spec(restart="job", max_restarts=restarts))["spec"]
+    assert body["policies"] == [{"events": ["PodEvicted", "PodFailed"], "action": "RestartJob"}]
+    assert body["maxRetry"] == max_retry  # Volcano counts the failure that ends the job
+
+
+def test_volcano_max_restarts_counts_for_the_job_over_backoff_limit() -> None:
+    body = volcano(spec(max_restarts=2, backoff_limit=5, restart_policy="ExitCode"))["spec"]
+    assert body["maxRetry"] == 3
+    assert {"events": ["PodFailed"], "action": "TerminateJob"} in body["policies"]
+    assert {"exitCode": 137, "action": "RestartJob"} in body["policies"]
+
+
+def test_volcano_without_restarts_still_ends_the_job_at_the_first_failure() -> None:
+    body = volcano(spec())["spec"]
+    assert body["policies"] == [{"events": ["PodEvicted", "PodFailed"], "action": "TerminateJob"}]
+    assert body["maxRetry"] == 1
+
+
+async def test_volcano_refuses_a_replica_restarting_alone() -> None:
+    error = await refusal(VolcanoEngine, spec(restart="replica", max_restarts=1))
+    assert error.field == "restart"
+    assert "restarts the whole job there" in str(error) and "kubeflow" in str(error)
+
+
+async def test_volcano_refuses_elastic_and_names_where_it_runs() -> None:
+    error = await refusal(VolcanoEngine, spec(roles=THREE, elastic="2:3"))
+    assert error.field == "elastic"
+    assert "PyTorchJob elasticPolicy" in str(error)
+
+
+def test_a_volcano_jobs_status_shows_the_attempt_and_whole_job_scope() -> None:
+    s = spec("generic", roles={"worker": {"replicas": 2}}, max_restarts=2)
+    obj = {"metadata": {"name": "j", "annotations": {}}, "spec": {"maxRetry": 3}}
+    obj["status"] = {"retryCount": 1, "state": {"phase": "Running"}}
+    job = describe("volcano", obj, s, {}, VolcanoEngine().phase(obj))
+    assert (job.attempt, job.max_restarts, job.restart_scope) == (2, 2, "job")
+
+
+# -- the Training Operator: each replica alone; elastic through elasticPolicy ------------------
+
+
+async def test_the_training_operator_refuses_a_whole_job_restart_and_says_what_to_use() -> None:
+    error = await refusal(KubeflowEngine, spec(restart="job", max_restarts=2))
+    assert error.field == "restart"
+    assert "volcano engine (RestartJob)" in str(error) and "%restart=replica" in str(error)
+
+
+async def test_the_training_operator_refuses_max_restarts_of_a_synchronous_job_alone() -> None:
+    error = await refusal(KubeflowEngine, spec(max_restarts=2))
+    assert error.field == "max_restarts"
+    assert "write %restart=replica with it" in str(error)
+
+
+def test_the_training_operator_counts_max_restarts_of_single_replicas_for_the_job() -> None:
+    job = kubeflow(spec(restart="replica", max_restarts=4, backoff_limit=1))
+    assert job["spec"]["runPolicy"]["backoffLimit"] == 4
+    for replica_spec in job["spec"]["pytorchReplicaSpecs"].values():
+        assert replica_spec["restartPolicy"] == "OnFailure"
+    assert "elasticPolicy" not in job["spec"]
+
+
+def test_elastic_maps_to_the_pytorchjobs_elastic_policy_with_c10d_on_master_0() -> None:
+    job = kubeflow(spec(roles=THREE, elastic="2:4", max_restarts=5))
+    policy = job["spec"]["elasticPolicy"]
+    assert policy["minReplicas"] == 2 and policy["maxReplicas"] == 4
+    assert policy["rdzvBackend"] == "c10d" and policy["maxRestarts"] == 5
+    assert policy["rdzvHost"] == "train-abcde-master-0" and policy["rdzvPort"] == 23456
+    assert policy["rdzvId"] == "train-abcde"
+    assert {"key": "last_call_timeout", "value": "2"} in policy["rdzvConf"]
+    assert job["spec"]["runPolicy"]["backoffLimit"] == 5
+    for replica_spec in job["spec"]["pytorchReplicaSpecs"].values():
+        assert replica_spec["restartPolicy"] == "OnFailure"  # the pod restarts and rejoins
+        (container,) = replica_spec["template"]["spec"]["containers"]
+        assert container["command"][:4] == [
+            "python",
+            "-m",
+            "torch.distributed.run",
+            "--no-python",
+        ]
+        assert container["command"][4:] == ["python", "main.py"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+
+
+def test_a_fixed_pytorchjob_runs_the_code_itself_without_an_elastic_policy() -> None:
+    job = kubeflow(spec(roles=THREE))
+    (container,) = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    assert container["command"] == ["python", "main.py"]
+    assert "elasticPolicy" not in job["spec"]
+
+
+def test_an_elastic_jobs_own_setting_of_the_store_sharing_wins() -> None:
+    job = kubeflow(
+        spec(roles=THREE, elastic="2:3", env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"})
+    )
+    (container,) = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"]
+    values = [e["value"] for e in container["env"] if e["name"].startswith("TORCH_DISABLE")]
+    assert values == ["0"]
+
+
+# -- Trainer v2: the runtime decides; refused in words -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"), [({"restart": "job"}, "restart"), ({"max_restarts": 2}, "max_restarts")]
+)
+async def test_trainer_refuses_a_whole_job_restart_the_trainjob_cannot_ask_for(
+    fields: dict[str, Any], field: str
+) -> None:
+    error = await refusal(TrainerEngine, spec(**fields))
+    assert error.field == field
+    assert "JobSet failurePolicy.maxRestarts" in str(error) and "volcano" in str(error)
+
+
+async def test_trainer_refuses_elastic_and_names_where_it_runs() -> None:
+    error = await refusal(TrainerEngine, spec(roles=THREE, elastic="2:3"))
+    assert error.field == "elastic"
+    assert "kubeflow engine (PyTorchJob elasticPolicy)" in str(error)
+
+
+def test_describe_without_restarts_is_attempt_one_of_none() -> None:
+    obj = {"metadata": {"name": "j", "annotations": {}}}
+    job = describe("kubeflow", obj, spec(), {}, Phase(None))
+    assert (job.attempt, job.max_restarts, job.restart_scope) == (1, 0, None)

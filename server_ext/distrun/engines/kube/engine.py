@@ -30,6 +30,7 @@ from distrun.core.errors import (
 from distrun.core.job import Job, JobState, ReplicaStatus
 from distrun.core.logs import Cursor, LogEvent, LogLine
 from distrun.core.quantities import quantity_value
+from distrun.core.restarts import restart_plan
 from distrun.core.spec import JobSpec, Limits
 from distrun.core.usage import UsageReport, UsageUpdate, failure_text, out_of_memory_text
 from distrun.engines.cursors import selected_replicas, start_seqs
@@ -106,6 +107,9 @@ class Phase:
     started_at: float | None = None
     finished_at: float | None = None
     restarts: int = 0  # of the whole job (each replica restarted with it), not of a container
+    # What a restart restarts where the controller decides it whatever the framework (Volcano:
+    # "job"); None: as the spec resolves it (core/restarts.py).
+    restart_scope: str | None = None
 
 
 class KubeEngine:
@@ -213,6 +217,11 @@ class KubeEngine:
         """Where a job of this id may be; engines of several kinds narrow it down."""
         return self.resources
 
+    def check_fault_tolerance(self, spec: JobSpec) -> None:
+        """Refuses, in words, the restart and elastic settings this engine's controller cannot
+        hold (docs/fault-tolerance.md), before anything is asked of the cluster."""
+        raise NotImplementedError
+
     def build(self, spec: JobSpec, target: Target) -> tuple[Obj, CodeBundle]:
         raise NotImplementedError
 
@@ -303,8 +312,7 @@ class KubeEngine:
         return missing
 
     async def submit(self, spec: JobSpec, owner: str) -> Job:
-        _check_restart_settings(spec)
-        _refuse_elastic(spec)
+        self.check_fault_tolerance(spec)
         api = await self.api()
         namespace = self._namespace(spec, owner)
         await self._check_unfinished(api, namespace, owner)
@@ -734,6 +742,7 @@ def describe(engine: str, obj: Obj, spec: JobSpec, pods: dict[str, Obj], phase: 
     replicas = [replica_status(name, pods.get(name)) for name in spec.replica_names()]
     for replica in replicas:
         replica.restarts += phase.restarts
+    plan = restart_plan(spec)
     state, reason = phase.state, phase.reason
     if state is None:  # the object does not say: the pods do
         state = (
@@ -772,6 +781,10 @@ def describe(engine: str, obj: Obj, spec: JobSpec, pods: dict[str, Obj], phase: 
         finished_at=finished,
         reason=reason,
         failed_replica=failed.name if failed is not None and state == JobState.FAILED else None,
+        # A whole-job restart recreates every pod: the controller's count is the attempt's.
+        attempt=phase.restarts + 1,
+        max_restarts=plan.limit,
+        restart_scope=plan.scope and (phase.restart_scope or plan.scope),
     )
 
 
@@ -888,27 +901,3 @@ def conditions_phase(obj: Obj, terminal: dict[str, JobState], running: tuple[str
     if any(c.get("type") in running for c in conditions):
         return Phase(JobState.RUNNING, None, started)
     return Phase(None, None, started)
-
-
-def _check_restart_settings(spec: JobSpec) -> None:
-    """Whole-job restart and its job-level count are not mapped onto the clusters' objects yet
-    (JobSet failurePolicy, Volcano RestartJob; docs/fault-tolerance.md): refuse them rather than
-    run a job that would not restart the way it asked."""
-    if spec.restart == "job" or spec.max_restarts is not None:
-        field = "restart" if spec.restart == "job" else "max_restarts"
-        raise SpecError(
-            "%restart=job and %maxRestarts run on the local engine only for now; on a cluster "
-            "write %restartPolicy=OnFailure and %backoffLimit=N (each replica restarts alone)",
-            field=field,
-        )
-
-
-def _refuse_elastic(spec: JobSpec) -> None:
-    """`%elastic` runs torch's elastic agent on the local engine only: its mapping onto the
-    clusters' objects (PyTorchJob elasticPolicy, ...) is not built yet."""
-    if spec.elastic is not None:
-        raise SpecError(
-            f"%elastic={spec.elastic} runs on the local engine only for now; on a cluster "
-            "drop it (the job then runs with a fixed number of replicas)",
-            field="elastic",
-        )

@@ -19,6 +19,8 @@ from distrun.engines.kube.manifests.kubeflow import (
     LABEL_JOB_NAME,
     LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE,
+    check_fault_tolerance,
+    check_restart_policy,
     kubeflow_framework,
     kubeflow_job,
 )
@@ -51,6 +53,10 @@ class KubeflowEngine(KubeEngine):
             if reference.get("kind") in self.kinds:
                 return (self.resources[self.kinds.index(reference["kind"])],)
         return self.resources
+
+    def check_fault_tolerance(self, spec: JobSpec) -> None:
+        check_restart_policy(spec)
+        check_fault_tolerance(spec)
 
     def build(self, spec: JobSpec, target: Target) -> tuple[Obj, CodeBundle]:
         bundle = code_bundle(spec, target)

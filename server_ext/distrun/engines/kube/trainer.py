@@ -20,6 +20,7 @@ from distrun.engines.kube.manifests.trainer import (
     PATCH_MANAGER,
     PLURAL,
     REPLICATED_JOB,
+    check_fault_tolerance,
     trainer_bundle,
     trainjob,
 )
@@ -90,6 +91,9 @@ class TrainerEngine(KubeEngine):
             if _suspended(current):
                 return
             await asyncio.sleep(0.2)
+
+    def check_fault_tolerance(self, spec: JobSpec) -> None:
+        check_fault_tolerance(spec)
 
     def build(self, spec: JobSpec, target: Target) -> tuple[Obj, CodeBundle]:
         runtime = self.runtimes.get(spec.framework)

@@ -15,6 +15,7 @@ from distrun.engines.kube.manifests.volcano import (
     LABEL_TASK,
     LABEL_TASK_INDEX,
     PLURAL,
+    check_fault_tolerance,
     volcano_bundle,
     volcano_job,
 )
@@ -43,6 +44,9 @@ class VolcanoEngine(KubeEngine):
     resources = (Resource("batch.volcano.sh", "v1alpha1", PLURAL),)
     extra_access = accesses(PODGROUPS, "get")  # why a gang waits
 
+    def check_fault_tolerance(self, spec: JobSpec) -> None:
+        check_fault_tolerance(spec)
+
     def build(self, spec: JobSpec, target: Target) -> tuple[Obj, CodeBundle]:
         bundle = volcano_bundle(spec, target)
         return volcano_job(spec, target, self.options, bundle), bundle
@@ -69,12 +73,12 @@ class VolcanoEngine(KubeEngine):
         when = k8s_time(state.get("lastTransitionTime"))
         restarts = _restarts(obj, job_state)
         if job_state is None:
-            return Phase(None, restarts=restarts)
+            return Phase(None, restarts=restarts, restart_scope="job")
         if job_state.terminal:
-            return Phase(job_state, reason, None, when, restarts)
+            return Phase(job_state, reason, None, when, restarts, "job")
         if job_state == JobState.PENDING:
-            return Phase(job_state, reason, restarts=restarts)
-        return Phase(job_state, restarts=restarts)
+            return Phase(job_state, reason, restarts=restarts, restart_scope="job")
+        return Phase(job_state, restarts=restarts, restart_scope="job")
 
     async def waiting_reason(self, api: KubeApi, obj: Obj, job: Job) -> str | None:
         """The PodGroup's word first: Volcano holds a gang that does not fit there (Pending:

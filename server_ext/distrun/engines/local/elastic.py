@@ -8,23 +8,12 @@ it back when the supervisor restarts it (up to MAX); docs/fault-tolerance.md.
 import subprocess
 from pathlib import Path
 
+from distrun.core.elastic_agent import RDZV_CONF
 from distrun.engines.local.processes import death_signal_launcher
 
-# Seconds a rendezvous that has MIN members waits for more before it starts (torch: 30).
-LAST_CALL_SECONDS = 2
-# An agent that has not said it is alive for KEEP_ALIVE_SECONDS x KEEP_ALIVE_MISSED is dropped
-# from the rendezvous, so that the others can re-form without it (torch: 5 s x 3).
-KEEP_ALIVE_SECONDS = 1
-KEEP_ALIVE_MISSED = 3
 # How often an agent looks at its training process and at replicas waiting to join (torch: 0.1
 # to 5 depending on the version).
 MONITOR_SECONDS = 0.5
-
-# Set for the agents unless the job sets it: with the agents sharing the rendezvous store for
-# their workers' bootstrap (torch's default since 2.4), an agent that joins a later round (a
-# replica restarted) waits for the address of that round's rank 0 forever, as rank 0 publishes
-# it only in its own first round (torch 2.15 dynamic_rendezvous.next_rendezvous).
-AGENT_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 # The rendezvous store: a TCPStore server in the replicas' Python (it has torch), the port its
 # only argument. Run with `-c`: nothing of the job's is interpolated into it.
@@ -45,10 +34,8 @@ def agent_argv(
 ) -> list[str]:
     """A replica's command line: torch's elastic agent running `script` in one process."""
     low, high = elastic
-    conf = (
-        f"is_host=0,last_call_timeout={LAST_CALL_SECONDS},"
-        f"keep_alive_interval={KEEP_ALIVE_SECONDS},keep_alive_max_attempt={KEEP_ALIVE_MISSED}"
-    )
+    # The store is the job's own process (start_store): no agent hosts it.
+    conf = ",".join(f"{key}={value}" for key, value in {"is_host": "0", **RDZV_CONF}.items())
     return [
         python,
         "-m",

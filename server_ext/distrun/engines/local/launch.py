@@ -8,6 +8,7 @@ import subprocess
 import time
 
 from distrun.core.checkpoint_env import checkpoint_env
+from distrun.core.elastic_agent import AGENT_ENV
 from distrun.core.replica_env import (
     Address,
     Addresses,
@@ -17,7 +18,7 @@ from distrun.core.replica_env import (
 )
 from distrun.core.restarts import restart_plan
 from distrun.core.scalars import TENSORBOARD_DIR_ENV
-from distrun.engines.local.elastic import AGENT_ENV, agent_argv, start_store
+from distrun.engines.local.elastic import agent_argv, start_store
 from distrun.engines.local.gpu_devices import Grant, grant_env, hide_gpus
 from distrun.engines.local.jobdir import JobFiles, Runtime, read_json, stored_spec
 from distrun.engines.local.private_files import write_private

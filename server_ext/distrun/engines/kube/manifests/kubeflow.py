@@ -5,14 +5,22 @@ The operator injects the framework's variables itself, so each role's template c
 what is the same for all its replicas; the replica's own name comes from the operator's
 `replica-index` label through the downward API. The operator's admission webhooks are not part
 of the CRD schemas, so `check_webhook_rules` enforces them here before anything is sent.
+
+The operator restarts each replica alone (`restartPolicy` per replica type, `backoffLimit`
+summed over the replicas' restarts): it cannot restart a whole job, so `%restart=job` is
+refused in words. `%elastic=MIN:MAX` maps onto the PyTorchJob's `elasticPolicy`: every replica
+runs torch's elastic agent, which the operator configures through `PET_*` variables, meeting at
+a c10d rendezvous on master-0.
 """
 
 from typing import Any
 
+from distrun.core.elastic_agent import AGENT_ENV, RDZV_CONF
 from distrun.core.entrypoint import argv
 from distrun.core.errors import SpecError
 from distrun.core.frameworks import FRAMEWORKS, Framework
 from distrun.core.replica_env import PYTORCH_NPROC_PER_NODE
+from distrun.core.restarts import RestartPlan, restart_plan
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.manifests.common import (
     CODE_DIR,
@@ -69,11 +77,13 @@ def kubeflow_job(
     kind = framework.kubeflow_kind
     assert kind is not None
     check_restart_policy(spec)
+    check_fault_tolerance(spec)
+    plan = restart_plan(spec)
     _plural, specs_key = KINDS[kind]
     replica_specs = {
         framework.role(role).kubeflow_name: {
             "replicas": role_spec.replicas,
-            "restartPolicy": spec.restart_policy,
+            "restartPolicy": plan.policy if plan.scope else "Never",
             "template": _template(spec, target, options, code, framework, role),
         }
         for role, role_spec in spec.roles.items()
@@ -83,6 +93,8 @@ def kubeflow_job(
         body["slotsPerWorker"] = 1
     if kind == "PyTorchJob":
         body["nprocPerNode"] = PYTORCH_NPROC_PER_NODE  # not the operator's "auto"
+    if spec.elastic_range is not None:
+        body["elasticPolicy"] = elastic_policy(spec, target, framework, plan)
     job = {
         "apiVersion": API_VERSION,
         "kind": kind,
@@ -93,10 +105,54 @@ def kubeflow_job(
     return job
 
 
+def check_fault_tolerance(spec: JobSpec) -> None:
+    """What the operator cannot hold: a whole-job restart, and a job-level count of restarts of
+    a synchronous job (it would restart the failed replica alone, which its peers cannot use)
+    unless the user says that is what they want."""
+    if spec.restart == "job":
+        raise SpecError(
+            "%restart=job cannot run on the Kubeflow Training Operator: it restarts each "
+            "failed replica alone (its peers keep waiting in their collective); run on the "
+            "volcano engine (RestartJob) or the local engine to restart the whole job, or "
+            "write %restart=replica to restart the failed replica alone here",
+            field="restart",
+        )
+    if spec.max_restarts is not None and restart_plan(spec).scope == "job":
+        raise SpecError(
+            f"%maxRestarts asks for whole-job restarts of a {spec.framework} job, which the "
+            "Kubeflow Training Operator cannot do (it restarts each failed replica alone); "
+            "write %restart=replica with it to accept that, or run on the volcano or local "
+            "engine",
+            field="max_restarts",
+        )
+
+
+def elastic_policy(
+    spec: JobSpec, target: Target, framework: Framework, plan: RestartPlan
+) -> dict[str, Any]:
+    """The PyTorchJob's elasticPolicy for `%elastic=MIN:MAX`: the operator passes each field
+    to torch's agent as a `PET_*` variable (PET_NNODES=MIN:MAX, PET_RDZV_ENDPOINT, ...). The
+    rendezvous is on master-0 (the operator's default, worker-0, would leave a job whose
+    workers all failed without one); the agents re-form as often as the job may restart."""
+    low, high = spec.elastic_range or (0, 0)
+    return {
+        "minReplicas": low,
+        "maxReplicas": high,
+        "rdzvBackend": "c10d",
+        "rdzvHost": f"{target.job_id}-master-0",
+        "rdzvPort": framework.default_port,
+        "rdzvId": target.job_id,
+        "rdzvConf": [{"key": key, "value": value} for key, value in RDZV_CONF.items()],
+        "maxRestarts": plan.limit,
+    }
+
+
 def run_policy(spec: JobSpec, options: ClusterOptions) -> dict[str, Any]:
+    plan = restart_plan(spec)
     policy: dict[str, Any] = {
         "cleanPodPolicy": spec.clean_pod_policy,
-        "backoffLimit": spec.backoff_limit,
+        # The operator sums every replica's restarts against it: a count for the job.
+        "backoffLimit": plan.limit if plan.scope else spec.backoff_limit,
     }
     if spec.ttl_seconds_after_finished is not None:
         policy["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
@@ -125,7 +181,8 @@ def _template(
     framework: Framework,
     role: str,
 ) -> dict[str, Any]:
-    env = env_list({**base_env(spec, target.job_id), "DISTRUN_ROLE": role})
+    extra = {**AGENT_ENV, **spec.env} if spec.elastic is not None else {}
+    env = env_list({**base_env(spec, target.job_id), **extra, "DISTRUN_ROLE": role})
     if framework.role(role).max_replicas == 1:
         # The MPI launcher carries no replica-index label; a single replica is index 0 anyway.
         env.append({"name": "DISTRUN_REPLICA_INDEX", "value": "0"})
@@ -138,7 +195,7 @@ def _template(
     container: dict[str, Any] = {
         "name": framework.container_name,
         "image": options.image(spec),
-        "command": argv(options.python, code.entrypoint),
+        "command": _command(spec, options, code),
         "workingDir": CODE_DIR,
         "env": env,
         "ports": [{"name": framework.port_name, "containerPort": framework.default_port}],
@@ -152,6 +209,16 @@ def _template(
         "metadata": {"labels": job_labels(target.job_id, target.owner)},
         "spec": {"containers": [container], "volumes": [code.volume], **pod_spec_extras(options)},
     }
+
+
+def _command(spec: JobSpec, options: ClusterOptions, code: CodeBundle) -> list[str]:
+    """The replica's command; with `%elastic`, torch's agent running it (the agent reads its
+    settings from the operator's PET_* variables; `--no-python` runs the same command line as
+    without, `main.py` or IPython's `main.ipy`)."""
+    command = argv(options.python, code.entrypoint)
+    if spec.elastic is None:
+        return command
+    return [options.python, "-m", "torch.distributed.run", "--no-python", *command]
 
 
 def check_restart_policy(spec: JobSpec) -> None:

@@ -83,7 +83,7 @@ def trainjob(
         raise SpecError(
             f"runtime kind {runtime_kind!r} is neither ClusterTrainingRuntime nor TrainingRuntime"
         )
-    check_restart_policy(spec)
+    check_fault_tolerance(spec)
     trainer: dict[str, Any] = {
         "image": options.image(spec),
         "command": [options.python, LAUNCHER_PATH, *_user_argv(options, code)],
@@ -114,6 +114,30 @@ def trainjob(
         "metadata": kueue_metadata(target, spec, options),
         "spec": body,
     }
+
+
+def check_fault_tolerance(spec: JobSpec) -> None:
+    """What a TrainJob (v2.3.0) cannot ask of its runtime: torch's elastic agent (the torch
+    runtime's ML policy has no elastic settings; the TrainJob only its fixed numNodes) and a
+    whole-job restart (JobSet's failurePolicy.maxRestarts restarts the whole group, but it sits
+    in the training runtime's JobSet template: a TrainJob's runtimePatches reach only labels,
+    annotations and the replicated jobs' templates). Then the restart policy."""
+    if spec.elastic is not None:
+        raise SpecError(
+            f"%elastic={spec.elastic} cannot run on Trainer v2: its torch runtime has no "
+            "elastic settings and a TrainJob runs a fixed numNodes; run elastic jobs on the "
+            "kubeflow engine (PyTorchJob elasticPolicy) or the local engine",
+            field="elastic",
+        )
+    if spec.restart == "job" or spec.max_restarts is not None:
+        raise SpecError(
+            "%restart=job and %maxRestarts cannot be set from a TrainJob: the whole-job restart "
+            "(JobSet failurePolicy.maxRestarts) belongs to the training runtime, which a "
+            "TrainJob cannot patch; run on the volcano or local engine, which restart the "
+            "whole job as asked",
+            field="restart" if spec.restart == "job" else "max_restarts",
+        )
+    check_restart_policy(spec)
 
 
 def check_restart_policy(spec: JobSpec) -> None:

@@ -4,7 +4,9 @@
 `svc` plugins give each pod `VC_TASK_INDEX` and a stable host name `{job}-{task}-{index}.{job}`;
 a failed or evicted pod restarts the whole job as the spec's restart policy says
 (`backoff_limit` times at most, so `maxRetry` is one more; `Never`: none) and the chief or
-master task completing completes the job. Volcano injects no framework variables, and a task's
+master task completing completes the job. Every restart is of the whole job (`RestartJob`:
+every pod recreated), counted for the job by `maxRetry`, so `%restart=job` and `%maxRestarts`
+map onto it; a replica cannot restart alone, nor can torch's elastic agent re-form a gang. Volcano injects no framework variables, and a task's
 template is shared by its replicas, so the shipped launcher sets each replica's variables
 (computed by `replica_env`, as for the local engine) from its task and `VC_TASK_INDEX`:
 one task per role as the plugins expect, no shell, and code that runs unchanged.
@@ -13,8 +15,10 @@ one task per role as the plugins expect, no shell, and code that runs unchanged.
 from typing import Any
 
 from distrun.core.entrypoint import argv
+from distrun.core.errors import SpecError
 from distrun.core.frameworks import FRAMEWORKS
 from distrun.core.replica_env import replica_addresses, split_replica
+from distrun.core.restarts import restart_plan
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.manifests.common import (
     CODE_DIR,
@@ -64,10 +68,31 @@ def volcano_bundle(spec: JobSpec, target: Target) -> CodeBundle:
     return code_bundle(spec, target, support)
 
 
+def check_fault_tolerance(spec: JobSpec) -> None:
+    """What Volcano cannot hold: a replica restarting alone (its policies restart the whole
+    job, or a task's every pod) and an elastic group (a gang starts all its pods or none)."""
+    if spec.elastic is not None:
+        raise SpecError(
+            f"%elastic={spec.elastic} cannot run on Volcano: its gang starts every replica or "
+            "none, and its restarts recreate the whole job; run elastic jobs on the kubeflow "
+            "engine (PyTorchJob elasticPolicy) or the local engine, or drop %elastic here",
+            field="elastic",
+        )
+    if spec.restart == "replica":
+        raise SpecError(
+            "%restart=replica cannot run on Volcano: a failed pod restarts the whole job there "
+            "(RestartJob, every pod recreated); drop %restart (or write %restart=job), or run "
+            "on the kubeflow or local engine to restart the failed replica alone",
+            field="restart",
+        )
+
+
 def volcano_job(
     spec: JobSpec, target: Target, options: ClusterOptions, code: CodeBundle
 ) -> dict[str, Any]:
+    check_fault_tolerance(spec)
     framework = FRAMEWORKS[spec.framework]
+    plan = restart_plan(spec)
     tasks = []
     for role in framework.role_names:  # the framework's order: chief/master first
         if role not in spec.roles:
@@ -85,10 +110,11 @@ def volcano_job(
         "minAvailable": spec.replica_count,
         "queue": queue(spec, options) or DEFAULT_QUEUE,
         # Volcano counts the failure that ends the job as a retry (it fails a job once its
-        # retry count reaches maxRetry), and its admission webhook turns 0 into 3.
-        "maxRetry": spec.backoff_limit + 1,
+        # retry count reaches maxRetry), and its admission webhook turns 0 into 3. The count is
+        # the job's, as `%maxRestarts` (else `%backoffLimit`) asks.
+        "maxRetry": (plan.limit if plan.scope else spec.backoff_limit) + 1,
         "plugins": {"env": [], "svc": []},
-        "policies": restart_policies(spec.restart_policy),
+        "policies": restart_policies(plan.policy if plan.scope else "Never"),
         "tasks": tasks,
     }
     priority = priority_class(spec, options)
