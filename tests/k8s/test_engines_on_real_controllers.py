@@ -206,6 +206,48 @@ async def test_a_failing_job_restarts_as_often_as_asked_with_exact_log_seqs(
     await volcano.delete(job_id, OWNER)
 
 
+async def test_a_whole_job_restart_recreates_every_replica_then_the_job_succeeds(
+    volcano: VolcanoEngine, admin: Any, namespace: str
+) -> None:
+    """%restart=job with %maxRestarts=2 on the real Volcano controller: the worker fails once;
+    the controller restarts the whole job (every pod recreated, none of the first attempt left),
+    distrun says attempt 2 of a whole-job restart and why, and the job then succeeds."""
+    job = await volcano.submit(
+        spec({"master": 1, "worker": 1}, restart="job", max_restarts=2), OWNER
+    )
+    selector = f"volcano.sh/job-name={job.id}"
+    first = await eventually(
+        lambda: pods_of(admin, namespace, selector), all_running(2), "attempt 1's pods to run"
+    )
+    first_uids = {pod.metadata.uid for pod in first}
+    await end_pod(admin, namespace, f"{job.id}-worker-0", "1")
+    second = await eventually(
+        lambda: pods_of(admin, namespace, selector),
+        lambda found: all_running(2)(found) and not first_uids & {p.metadata.uid for p in found},
+        "attempt 2: every replica's pod recreated and running",
+    )
+    current = await eventually(  # the job's phase follows its pods
+        lambda: volcano.get_job(job.id, OWNER),
+        lambda j: j.state == JobState.RUNNING,
+        "the restarted job to be running",
+    )
+    print(f"--- after the worker's failure: attempt {current.attempt}, {current.restart_scope}")
+    assert (current.attempt, current.max_restarts, current.restart_scope) == (2, 2, "job")
+    assert [r.restarts for r in current.replicas] == [1, 1]
+    await end_pod(admin, namespace, f"{job.id}-worker-0", "0")
+    await end_pod(admin, namespace, f"{job.id}-master-0", "0")
+    done = await eventually(
+        lambda: volcano.get_job(job.id, OWNER), lambda j: j.state.terminal, "the job to end"
+    )
+    print(f"--- ended {done.state.value} at attempt {done.attempt}")
+    assert done.state == JobState.SUCCEEDED
+    assert done.attempt == 2
+    left = {p.metadata.uid for p in await pods_of(admin, namespace, selector)}
+    assert not left & first_uids  # nothing of the first attempt runs on
+    assert {p.metadata.uid for p in second} >= left
+    await volcano.delete(job.id, OWNER)
+
+
 # The local engine's attempts for a replica failing every time at backoff_limit 2
 # (tests/integration/test_local_engine.py): what each engine must match.
 ATTEMPTS = {

@@ -140,6 +140,43 @@ async def test_a_job_succeeds_when_its_pods_succeed_and_fails_naming_the_replica
     )
 
 
+async def test_the_real_operator_takes_an_elastic_pytorchjob_and_configures_its_agents(
+    engine: KubeflowEngine, kube_admin: Any, operator_namespace: str
+) -> None:
+    """%elastic=2:3 as the PyTorchJob's elasticPolicy: the operator's webhook accepts it, and
+    every replica's pod runs torch's agent with the PET_* settings the operator derives from
+    it (a c10d rendezvous on master-0, 2:3 nodes, the job's restarts); the job ends with its
+    pods."""
+    job_spec = spec("pytorch", elastic="2:3", max_restarts=2)
+    job = await engine.submit(job_spec, "alice")
+    pods = await eventually(
+        lambda: job_pods(kube_admin, operator_namespace, job.id),
+        lambda found: set(found) == set(job_spec.replica_names()),
+        "the operator to create a pod per replica",
+    )
+    stored = await client.CustomObjectsApi(kube_admin).get_namespaced_custom_object(
+        "kubeflow.org", "v1", operator_namespace, "pytorchjobs", job.id
+    )
+    print("--- elasticPolicy:", stored["spec"]["elasticPolicy"])
+    for replica, pod in sorted(pods.items()):
+        env = container_env(pod, "pytorch", pod_ip="10.0.0.1")
+        [main] = [c for c in pod.spec.containers if c.name == "pytorch"]
+        assert main.command[1:4] == ["-m", "torch.distributed.run", "--no-python"], replica
+        assert env["PET_NNODES"] == "2:3", replica
+        assert env["PET_RDZV_BACKEND"] == "c10d", replica
+        assert env["PET_RDZV_ENDPOINT"] == f"{job.id}-master-0:23456", replica
+        assert env["PET_RDZV_ID"] == job.id, replica
+        assert env["PET_MAX_RESTARTS"] == "2", replica
+        assert "last_call_timeout=2" in env["PET_RDZV_CONF"].split(","), replica
+        assert pod.spec.restart_policy == "OnFailure", replica  # a failed agent rejoins
+    await end_pods(client.CoreV1Api(kube_admin), operator_namespace, pods)
+    done = await eventually(
+        lambda: engine.get_job(job.id, "alice"), lambda j: j.state.terminal, "the job to end"
+    )
+    assert done.state == JobState.SUCCEEDED
+    await engine.delete(job.id, "alice")
+
+
 async def test_cancel_and_delete_leave_nothing_behind(
     kube_cluster: KubeCluster, engine: KubeflowEngine, kube_admin: Any, operator_namespace: str
 ) -> None:
