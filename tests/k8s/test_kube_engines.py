@@ -24,6 +24,7 @@ from distrun.engines.kube.volcano import VolcanoEngine
 
 from ..reliability.helpers import first_batch
 from .cluster import KubeCluster
+from .operator_sim import restart_container
 from .real_operator import (
     PYTORCHJOBS,
     clear_v1_jobs,
@@ -237,6 +238,85 @@ async def test_no_restart_asked_means_one_attempt_whatever_the_backoff_limit(
     after = await job_pods(kube_admin, operator_namespace, job.id)
     assert after["worker-0"].metadata.uid == first  # never made again
     assert [r.restarts for r in failed.replicas] == [0, 0]
+    await operated.delete(job.id, "alice")
+
+
+async def test_on_failure_restarts_in_place_as_often_as_asked_and_the_record_keeps_them(
+    kube_cluster: KubeCluster,
+    operated: KubeflowEngine,
+    kube_admin: Any,
+    operator_namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """restartPolicy OnFailure at backoff_limit 2, the worker failing (exit 1) every attempt:
+    its container restarts in place (the kubelet's part, done by hand: kwok does not restart
+    containers) and the real operator fails the job at the second restart, deleting the pods
+    still running. As on the local engine: 3 attempts, failed, "worker-0 failed: exit code 1";
+    distrun shows each restart while the job runs (to a follower and to a read) and keeps them
+    after the pods are gone, also for a server that never saw the pods (a new engine)."""
+    job_spec = spec(roles={"worker": {"replicas": 1}}, restart_policy="OnFailure", backoff_limit=2)
+    job, _logs = await submit_with_logs(
+        kube_cluster, operated, job_spec, monkeypatch, {"master-0": ("m0",), "worker-0": ("w0",)}
+    )
+    updates: list[Any] = []
+
+    async def follow() -> None:
+        async for event in operated.follow(job.id, "alice"):
+            if isinstance(event, JobUpdate):
+                updates.append(event.job)
+
+    follower = asyncio.create_task(follow())
+    try:
+        pods = await operator_pods(kube_admin, operator_namespace, job.id, 2)
+        await eventually(
+            lambda: operated.get_job(job.id, "alice"),
+            lambda j: j.state == JobState.RUNNING and all(r.started_at for r in j.replicas),
+            "both replicas to run",
+        )
+        worker = pods["worker-0"].metadata.name
+        attempts = 1
+        for restarts in (1, 2):
+            await restart_container(
+                kube_cluster, kube_admin, operator_namespace, worker, "pytorch", f"w{restarts}"
+            )
+            attempts += 1
+            if restarts == 1:  # the second restart ends the job at once
+                during = await eventually(
+                    lambda: operated.get_job(job.id, "alice"),
+                    lambda j: [r.restarts for r in j.replicas] == [0, 1],
+                    "the first restart to show",
+                )
+                assert during.state == JobState.RUNNING
+                await eventually(
+                    lambda: now([[r.restarts for r in u.replicas] for u in updates]),
+                    lambda seen: [0, 1] in seen,
+                    "the follower to be told of the first restart",
+                )
+        await asyncio.wait_for(follower, WAIT)  # the follow ends with the job
+    finally:
+        follower.cancel()
+    assert updates[-1].state == JobState.FAILED
+    assert [r.restarts for r in updates[-1].replicas] == [0, 2]
+    await eventually(
+        lambda: job_pods(kube_admin, operator_namespace, job.id),
+        lambda left: left == {},
+        "the operator to delete the running pods",
+    )
+    stored = await get_custom(kube_admin, operator_namespace, PYTORCHJOBS, job.id)
+    [condition] = [c for c in stored["status"]["conditions"] if c["type"] == "Failed"]
+    print(
+        f"--- OnFailure, exit 1: {attempts} attempts; the operator's words: {condition['message']}"
+    )
+    fresh = KubeflowEngine(api_client=kube_admin, namespace=operator_namespace)
+    try:
+        for engine in (operated, fresh):
+            failed = await engine.get_job(job.id, "alice")
+            assert attempts == 3 and failed.state == JobState.FAILED  # the local engine's
+            assert [r.restarts for r in failed.replicas] == [0, 2], failed.replicas
+            assert failed.reason == "worker-0 failed: exit code 1"
+            assert failed.failed_replica == "worker-0"
+    finally:
+        await fresh.close()
     await operated.delete(job.id, "alice")
 
 

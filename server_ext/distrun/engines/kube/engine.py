@@ -11,6 +11,7 @@ Tenancy: objects carry an owner label (to select) and the exact user name as an 
 
 import asyncio
 import contextlib
+import copy
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -29,10 +30,9 @@ from distrun.core.errors import (
 )
 from distrun.core.job import Job, JobState, ReplicaStatus
 from distrun.core.logs import Cursor, LogEvent, LogLine
-from distrun.core.quantities import quantity_value
 from distrun.core.restarts import restart_plan
 from distrun.core.spec import JobSpec, Limits
-from distrun.core.usage import UsageReport, UsageUpdate, failure_text, out_of_memory_text
+from distrun.core.usage import UsageReport, UsageUpdate, failure_text
 from distrun.engines.cursors import selected_replicas, start_seqs
 from distrun.engines.kube.anchors import AnchorPolicy
 from distrun.engines.kube.client import (
@@ -72,6 +72,8 @@ from distrun.engines.kube.manifests.common import (
 )
 from distrun.engines.kube.manifests.configmap import CodeBundle
 from distrun.engines.kube.pod_usage import POD_METRICS, PodUsage
+from distrun.engines.kube.restart_ledger import RestartBook, attempt_words, blame, observe
+from distrun.engines.kube.restart_ledger import apply as apply_restarts
 from distrun.engines.protocol import EngineInfo
 
 log = logging.getLogger(__name__)
@@ -234,8 +236,10 @@ class KubeEngine:
     def container_name(self, spec: JobSpec) -> str:
         raise NotImplementedError
 
-    def describe_job(self, obj: Obj, spec: JobSpec, pods: dict[str, Obj]) -> Job:
-        return describe(self.name, obj, spec, pods, self.phase(obj))
+    def describe_job(
+        self, obj: Obj, spec: JobSpec, pods: dict[str, Obj], restarts: RestartBook | None = None
+    ) -> Job:
+        return describe(self.name, obj, spec, pods, self.phase(obj), restarts)
 
     def phase(self, obj: Obj) -> Phase:
         raise NotImplementedError
@@ -362,12 +366,27 @@ class KubeEngine:
         except Conflict as error:
             return unreadable_job(self.name, obj, error)
         pods = await self._pods(api, obj, spec)
-        job = describe(self.name, obj, spec, pods, self.phase(obj))
+        restarts = await self._record_restarts(api, obj, spec, pods)
+        job = describe(self.name, obj, spec, pods, self.phase(obj), restarts)
         if job.state == JobState.PENDING:
             job.reason = await self.waiting_reason(api, obj, job) or job.reason
         if job.failed_replica and job.failed_replica in pods:
             job.last_lines = await self._last_lines(api, pods[job.failed_replica], spec)
         return job
+
+    async def _record_restarts(
+        self, api: KubeApi, obj: Obj, spec: JobSpec, pods: dict[str, Obj]
+    ) -> RestartBook:
+        """The job's restart ledger (restart_ledger.py), with what `pods` add to it written
+        back; as it was read when it cannot be written (it is a record, not the job)."""
+        ledger = self.log_context(api, obj).ledger
+        with contextlib.suppress(DistrunError):
+            await ledger.load()
+        book = copy.deepcopy(ledger.restarts)
+        if any(observe(book, name, pod) for name, pod in pods.items()):
+            with contextlib.suppress(DistrunError):
+                await ledger.record_restarts(book)
+        return book
 
     async def cancel(self, job_id: str, owner: str) -> Job:
         api = await self.api()
@@ -736,10 +755,19 @@ def k8s_time(value: Any) -> float | None:
     return parse_time(value) if isinstance(value, str) else None
 
 
-def describe(engine: str, obj: Obj, spec: JobSpec, pods: dict[str, Obj], phase: Phase) -> Job:
-    """The job as the API server shows it: the object's status first, pods for the detail."""
+def describe(
+    engine: str,
+    obj: Obj,
+    spec: JobSpec,
+    pods: dict[str, Obj],
+    phase: Phase,
+    restarts: RestartBook | None = None,
+) -> Job:
+    """The job as the API server shows it: the object's status first, pods for the detail,
+    and what the restart ledger kept of pods the controller deleted."""
     meta = obj["metadata"]
     replicas = [replica_status(name, pods.get(name)) for name in spec.replica_names()]
+    apply_restarts(restarts or {}, replicas, pods)
     for replica in replicas:
         replica.restarts += phase.restarts
     plan = restart_plan(spec)
@@ -755,6 +783,8 @@ def describe(engine: str, obj: Obj, spec: JobSpec, pods: dict[str, Obj], phase: 
     if state.terminal:
         _mark_removed(replicas, pods)
     failed = next((r for r in replicas if r.state == JobState.FAILED), None)
+    if state == JobState.FAILED and failed is None:  # its pod is gone: the ledger says
+        failed = blame(restarts or {}, replicas)
     if state == JobState.PENDING and reason is None:
         reason = pending_reason(replicas) or "waiting for the controller to create the pods"
     if state == JobState.FAILED and failed is not None:
@@ -828,29 +858,12 @@ def replica_status(name: str, pod: Obj | None) -> ReplicaStatus:
         status.state = JobState.SUCCEEDED
     elif phase == "Failed":
         status.state = JobState.FAILED
-        code = status.exit_code
-        message = (terminated or {}).get("message") or pod_status.get("message")
-        if (terminated or {}).get("reason") == "OOMKilled":
-            status.reason = out_of_memory_text(None, _memory_limit(pod))
-        else:
-            status.reason = f"exit code {code}" if code is not None else "failed"
-            if message:
-                status.reason += f": {message.strip()}"
+        status.reason = attempt_words(pod, terminated or {})
     else:
         status.reason = _pending_pod_reason(pod, waiting)
     if status.state == JobState.RUNNING and waiting:
         status.reason = _words(waiting, "waiting")  # e.g. CrashLoopBackOff between restarts
     return status
-
-
-def _memory_limit(pod: Obj) -> int | None:
-    """The replica container's memory limit in bytes, where its spec sets one."""
-    containers = (pod.get("spec") or {}).get("containers") or [{}]
-    limit = ((containers[0].get("resources") or {}).get("limits") or {}).get("memory")
-    try:
-        return int(quantity_value(str(limit))) if limit is not None else None
-    except ValueError:
-        return None
 
 
 def _pending_pod_reason(pod: Obj, waiting: Obj | None) -> str:

@@ -17,6 +17,7 @@ when its last viewer goes; a namespace's watches end with the last feed there.
 import asyncio
 import bisect
 import contextlib
+import copy
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -30,6 +31,8 @@ from distrun.engines.kube.client import PODS, KubeApi, Obj, Resource
 from distrun.engines.kube.informers import Informers, across_jobs, by_label, by_name
 from distrun.engines.kube.logs import LogContext, ReplicaFollower
 from distrun.engines.kube.manifests.common import LABEL_INSTANCE
+from distrun.engines.kube.restart_ledger import RestartBook, observe
+from distrun.engines.kube.restart_ledger import merge as merge_restarts
 
 log = logging.getLogger(__name__)
 WAITING_POLL_SECONDS = 2.0
@@ -46,7 +49,9 @@ class JobSource(Protocol):
 
     name: str
 
-    def describe_job(self, obj: Obj, spec: JobSpec, pods: dict[str, Obj]) -> Job: ...
+    def describe_job(
+        self, obj: Obj, spec: JobSpec, pods: dict[str, Obj], restarts: RestartBook | None = None
+    ) -> Job: ...
 
     async def waiting_reason(self, api: KubeApi, obj: Obj, job: Job) -> str | None: ...
 
@@ -168,6 +173,9 @@ class JobFeed:
         self.gone = False
         self.finishing = False  # the job is over: the followers read what is there and stop
         self.waiting: str | None = None  # the cluster's word on why the pending job waits
+        self.restarts: RestartBook = {}  # every pod event's restarts and failures, recorded
+        self._recording: asyncio.Task[None] | None = None
+        self._unrecorded = False
         self.job = source.describe_job(obj, spec, {})
         self.viewers = 0
         self._informers = informers
@@ -187,6 +195,11 @@ class JobFeed:
         if cached is not None:  # else it was made after that list: its event comes
             self.obj = cached
         self.all_pods = self._pods.objects_of(self.job_id)
+        with contextlib.suppress(DistrunError):
+            await self.ctx.ledger.load()
+        merge_restarts(self.restarts, self.ctx.ledger.restarts)
+        for pod in self.all_pods.values():
+            self._observe(pod)
         self._pods_changed()
         await self._refresh_waiting()
         self._tasks = [asyncio.create_task(self._poll_waiting())]
@@ -201,6 +214,8 @@ class JobFeed:
         self._jobs.unlisten(self.job_id, self._on_job)
         self._pods.unlisten(self.job_id, self._on_pod)
         await asyncio.gather(self._informers.let_go(self._jobs), self._informers.let_go(self._pods))
+        if self._recording is not None:  # the last restarts seen are written, not dropped
+            await asyncio.gather(self._recording, return_exceptions=True)
         await self.ctx.ledger.close()  # the anchors its followers left
         for result in results:
             if isinstance(result, Exception) and not isinstance(result, DistrunError):
@@ -228,7 +243,7 @@ class JobFeed:
         obj = self.obj
         if self.gone and not obj["metadata"].get("deletionTimestamp"):
             obj = {**obj, "metadata": {**obj["metadata"], "deletionTimestamp": "gone"}}
-        job = self.source.describe_job(obj, self.spec, self.pods)
+        job = self.source.describe_job(obj, self.spec, self.pods, self.restarts)
         if self.waiting and job.state == JobState.PENDING:
             job.reason = self.waiting
         self.job = job
@@ -243,7 +258,7 @@ class JobFeed:
         return shared + [catch_up.follower for catch_up in self.catching_up]
 
     async def _refresh_waiting(self) -> None:
-        job = self.source.describe_job(self.obj, self.spec, self.pods)
+        job = self.source.describe_job(self.obj, self.spec, self.pods, self.restarts)
         waiting = None
         if job.state == JobState.PENDING:
             with contextlib.suppress(DistrunError):
@@ -270,11 +285,35 @@ class JobFeed:
 
     def _on_pod(self, kind: str, pod: Obj) -> None:
         name = pod["metadata"]["name"]
+        if self.started.done():  # before, _start observes the pods it lists
+            self._observe(pod)
         if kind == "DELETED":
             self.all_pods.pop(name, None)
         else:
             self.all_pods[name] = pod
         self._pods_changed()
+
+    def _observe(self, pod: Obj) -> None:
+        """Adds the pod's restarts and failed attempts to the job's restart ledger (its last
+        state too, when it is deleted: the controller may delete a restarting pod at once)."""
+        for replica, same in self.source.replica_pods([pod], self.spec).items():
+            if observe(self.restarts, replica, same):
+                self._record()
+
+    def _record(self) -> None:
+        """Writes the ledger, one write at a time; changes meanwhile go in the next."""
+        if self._recording is not None and not self._recording.done():
+            self._unrecorded = True
+            return
+        self._recording = asyncio.create_task(self._write_restarts())
+
+    async def _write_restarts(self) -> None:
+        while True:
+            self._unrecorded = False
+            with contextlib.suppress(DistrunError):
+                await self.ctx.ledger.record_restarts(copy.deepcopy(self.restarts))
+            if not self._unrecorded:
+                return
 
     def _pods_changed(self) -> None:
         self.pods = self.source.replica_pods(list(self.all_pods.values()), self.spec)

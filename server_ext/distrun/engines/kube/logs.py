@@ -45,6 +45,10 @@ from distrun.engines.kube.anchors import (
     write_book,
 )
 from distrun.engines.kube.client import CONFIGMAPS, KubeApi, StreamedLines
+from distrun.engines.kube.restart_ledger import RESTARTS_ANNOTATION, RestartBook
+from distrun.engines.kube.restart_ledger import merge as merge_restarts
+from distrun.engines.kube.restart_ledger import read_book as read_restarts
+from distrun.engines.kube.restart_ledger import write_book as write_restarts
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +232,7 @@ class LedgerStore:
         self.policy = policy or AnchorPolicy()
         self.ledger: Ledger = {}
         self.anchors: AnchorBook = {}
+        self.restarts: RestartBook = {}  # restart_ledger.py
         self._unwritten: dict[tuple[str, str], list[Anchor]] = {}
         self._flush: asyncio.Task[None] | None = None
         self._held: dict[str, Any] | None = None  # the ConfigMap as last read or written here
@@ -247,6 +252,7 @@ class LedgerStore:
         self.ledger = read_ledger(configmap)
         annotations = configmap.get("metadata", {}).get("annotations") or {}
         self.anchors = read_book(annotations.get(ANCHORS_ANNOTATION))
+        self.restarts = read_restarts(annotations.get(RESTARTS_ANNOTATION))
         for (replica, key), anchors in self._unwritten.items():
             add_to_book(self.anchors, replica, key, anchors)
 
@@ -265,6 +271,19 @@ class LedgerStore:
             return True
 
         await self._update(change, "record the log ledger")
+
+    async def record_restarts(self, book: RestartBook) -> None:
+        """Add `book` to the replicas' restart ledger (restart_ledger.merge: nothing is lost
+        of what another server wrote)."""
+
+        def change(annotations: dict[str, str]) -> bool:
+            recorded = read_restarts(annotations.get(RESTARTS_ANNOTATION))
+            if not merge_restarts(recorded, book):
+                return False
+            annotations[RESTARTS_ANNOTATION] = write_restarts(recorded)
+            return True
+
+        await self._update(change, "record the replicas' restarts")
 
     def leave_anchor(self, replica: str, key: str, anchor: Anchor) -> None:
         """Keep `anchor` (seen here at once) and write it soon."""
