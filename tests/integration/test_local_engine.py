@@ -293,16 +293,25 @@ async def test_a_replica_failing_every_attempt_gets_as_many_attempts_as_its_poli
     local_engine: LocalEngine, policy: str, code: int
 ) -> None:
     failing = f"""
-        import pathlib, sys
+        import pathlib, sys, time
         attempts = pathlib.Path("attempts")
         attempts.write_text((attempts.read_text() if attempts.exists() else "") + "x")
+        time.sleep(1)  # each attempt runs a while, for a follower to be told of it
         sys.exit({code})
     """
     job = await local_engine.submit(spec(failing, restart_policy=policy, backoff_limit=2), "alice")
-    final, lines = await follow_to_end(local_engine, job)
+    running: set[int] = set()  # the replica's restarts in the updates of a running job
+
+    def seen(update: Job) -> None:
+        if update.state == JobState.RUNNING:
+            running.add(update.replicas[0].restarts)
+
+    final, lines = await follow_to_end(local_engine, job, on_update=seen)
     restarts = sum(line.text.startswith("[distrun] restarting") for line in lines)
     assert (final.state, restarts + 1) == (JobState.FAILED, ATTEMPTS[policy, code])
+    assert running == set(range(restarts + 1))  # each restart shown while the job ran
     assert final.replicas[0].restarts == restarts
+    assert (await local_engine.get_job(job.id, "alice")).replicas[0].restarts == restarts
     assert final.reason == f"worker-0 failed: exit code {code}"
 
 

@@ -19,6 +19,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from distrun.core import jobids
+from distrun.core.errors import SpecError
 from distrun.core.job import JobState
 from distrun.core.logs import JobUpdate, LogBatch
 from distrun.core.spec import JobSpec
@@ -436,6 +437,23 @@ async def pods_added(api: Any, namespace: str, selector: str, since: str, into: 
         async for event in events:
             if event["type"] == "ADDED":
                 into.append(event["object"].metadata.name)
+
+
+@pytest.mark.parametrize("policy", ["OnFailure", "ExitCode"])
+async def test_trainer_refuses_restarts_its_runtime_would_count_otherwise(
+    trainer: TrainerEngine, admin: Any, namespace: str, policy: str
+) -> None:
+    """The restart specs the other engines hold to the local engine's attempts (backoff_limit
+    2): Trainer's runtime would restart them its own way, so the engine refuses them in words
+    and makes nothing."""
+    with pytest.raises(SpecError, match=f"restart_policy {policy} is not held on Trainer v2"):
+        await trainer.submit(
+            spec({"master": 1, "worker": 1}, restart_policy=policy, backoff_limit=2), OWNER
+        )
+    listed = await client.CustomObjectsApi(admin).list_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs"
+    )
+    assert listed["items"] == []
 
 
 @pytest.mark.parametrize("action", ["cancel", "delete"])

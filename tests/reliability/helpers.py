@@ -36,9 +36,15 @@ def spec(code: str, replicas: int = 1, framework: str = "generic", **fields: Any
 
 
 async def follow_to_end(
-    engine: LocalEngine, job: Job, owner: str = "alice", timeout: float = WAIT, **kwargs: Any
+    engine: LocalEngine,
+    job: Job,
+    owner: str = "alice",
+    timeout: float = WAIT,
+    on_update: Callable[[Job], None] | None = None,
+    **kwargs: Any,
 ) -> tuple[Job, list[LogLine]]:
-    """Every event of `follow` until it ends: the last job state and every line."""
+    """Every event of `follow` until it ends: the last job state and every line (each job
+    update also to `on_update`, when given)."""
     lines: list[LogLine] = []
     last = job
 
@@ -50,6 +56,8 @@ async def follow_to_end(
                     lines.extend(event.lines)
                 elif isinstance(event, JobUpdate):
                     last = event.job
+                    if on_update is not None:
+                        on_update(last)
 
     await asyncio.wait_for(consume(), timeout)
     return last, lines
