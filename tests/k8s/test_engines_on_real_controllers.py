@@ -207,6 +207,15 @@ async def test_a_failing_job_restarts_as_often_as_asked_with_exact_log_seqs(
     await volcano.delete(job_id, OWNER)
 
 
+def restart_variable(pod: Any) -> str:
+    """DISTRUN_RESTART as the kubelet gives it to the pod's container: the annotation its
+    downward-API reference names."""
+    [var] = [v for v in pod.spec.containers[0].env if v.name == "DISTRUN_RESTART"]
+    path = var.value_from.field_ref.field_path
+    key = path.removeprefix("metadata.annotations['").removesuffix("']")
+    return str(pod.metadata.annotations[key])
+
+
 async def test_a_whole_job_restart_recreates_every_replica_then_the_job_succeeds(
     volcano: VolcanoEngine, admin: Any, namespace: str
 ) -> None:
@@ -221,6 +230,7 @@ async def test_a_whole_job_restart_recreates_every_replica_then_the_job_succeeds
         lambda: pods_of(admin, namespace, selector), all_running(2), "attempt 1's pods to run"
     )
     first_uids = {pod.metadata.uid for pod in first}
+    assert {restart_variable(pod) for pod in first} == {"0"}
     await end_pod(admin, namespace, f"{job.id}-worker-0", "1")
     second = await eventually(
         lambda: pods_of(admin, namespace, selector),
@@ -235,6 +245,7 @@ async def test_a_whole_job_restart_recreates_every_replica_then_the_job_succeeds
     print(f"--- after the worker's failure: attempt {current.attempt}, {current.restart_scope}")
     assert (current.attempt, current.max_restarts, current.restart_scope) == (2, 2, "job")
     assert [r.restarts for r in current.replicas] == [1, 1]
+    assert {restart_variable(pod) for pod in second} == {"1"}  # DISTRUN_RESTART, as locally
     await end_pod(admin, namespace, f"{job.id}-worker-0", "0")
     await end_pod(admin, namespace, f"{job.id}-master-0", "0")
     done = await eventually(

@@ -177,6 +177,33 @@ async def test_the_real_operator_takes_an_elastic_pytorchjob_and_configures_its_
     await engine.delete(job.id, "alice")
 
 
+async def test_the_operators_pods_mount_the_named_checkpoint_claim_for_every_replica(
+    engine: KubeflowEngine, kube_admin: Any, operator_namespace: str
+) -> None:
+    """%checkpointVolume=ckpt: the pods the real operator makes from the job's templates mount
+    the claim, and each replica's DISTRUN_CHECKPOINT_DIR is the job's directory in it."""
+    job_spec = spec("pytorch", checkpoint_volume="ckpt")
+    job = await engine.submit(job_spec, "alice")
+    pods = await eventually(
+        lambda: job_pods(kube_admin, operator_namespace, job.id),
+        lambda found: set(found) == set(job_spec.replica_names()),
+        "the operator to create a pod per replica",
+    )
+    for replica, pod in sorted(pods.items()):
+        claims = {
+            v.name: v.persistent_volume_claim.claim_name
+            for v in pod.spec.volumes
+            if v.persistent_volume_claim is not None
+        }
+        assert claims == {"distrun-checkpoints": "ckpt"}, replica
+        [main] = [c for c in pod.spec.containers if c.name == "pytorch"]
+        mounts = {m.name: m.mount_path for m in main.volume_mounts}
+        assert mounts["distrun-checkpoints"] == "/distrun/checkpoints", replica
+        env = container_env(pod, "pytorch", pod_ip="10.0.0.1")
+        assert env["DISTRUN_CHECKPOINT_DIR"] == f"/distrun/checkpoints/{job.id}", replica
+    await engine.delete(job.id, "alice")
+
+
 async def test_cancel_and_delete_leave_nothing_behind(
     kube_cluster: KubeCluster, engine: KubeflowEngine, kube_admin: Any, operator_namespace: str
 ) -> None:

@@ -1,18 +1,21 @@
-"""What each cluster engine does with `%restart`, `%maxRestarts` and `%elastic`
-(docs/fault-tolerance.md): maps them onto its controller's own fields, or refuses them in words
-before asking any cluster."""
+"""What each cluster engine does with `%restart`, `%maxRestarts`, `%elastic` and
+`%checkpointVolume` (docs/fault-tolerance.md): maps them onto its controller's own fields, or
+refuses them in words before asking any cluster."""
 
 from typing import Any
 
 import pytest
 
+from distrun.client.cli import build_parser, overrides_from_args
 from distrun.core.errors import SpecError
+from distrun.core.header import parse_cell, render_header
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.engine import KubeEngine, Phase, describe
 from distrun.engines.kube.kubeflow import KubeflowEngine
 from distrun.engines.kube.manifests.common import ClusterOptions, Target
 from distrun.engines.kube.manifests.configmap import code_bundle
 from distrun.engines.kube.manifests.kubeflow import kubeflow_job
+from distrun.engines.kube.manifests.trainer import trainer_bundle, trainjob
 from distrun.engines.kube.manifests.volcano import volcano_bundle, volcano_job
 from distrun.engines.kube.trainer import TrainerEngine
 from distrun.engines.kube.volcano import VolcanoEngine
@@ -64,6 +67,14 @@ def test_volcano_without_restarts_still_ends_the_job_at_the_first_failure() -> N
     body = volcano(spec())["spec"]
     assert body["policies"] == [{"events": ["PodEvicted", "PodFailed"], "action": "TerminateJob"}]
     assert body["maxRetry"] == 1
+
+
+def test_volcano_replicas_learn_their_attempt_from_the_controllers_retry_count() -> None:
+    for task in volcano(spec(restart="job"))["spec"]["tasks"]:
+        (container,) = task["template"]["spec"]["containers"]
+        (restart,) = [e for e in container["env"] if e["name"] == "DISTRUN_RESTART"]
+        path = restart["valueFrom"]["fieldRef"]["fieldPath"]
+        assert path == "metadata.annotations['volcano.sh/job-retry-count']"
 
 
 async def test_volcano_refuses_a_replica_restarting_alone() -> None:
@@ -172,3 +183,62 @@ def test_describe_without_restarts_is_attempt_one_of_none() -> None:
     obj = {"metadata": {"name": "j", "annotations": {}}}
     job = describe("kubeflow", obj, spec(), {}, Phase(None))
     assert (job.attempt, job.max_restarts, job.restart_scope) == (1, 0, None)
+
+
+# -- checkpoints on a cluster: the claim the user names -----------------------------------------
+
+
+def containers_and_volumes(job: dict[str, Any]) -> list[tuple[dict[str, Any], list[Any]]]:
+    """Every (container, pod volumes) pair of a Volcano job's tasks or a PyTorchJob's replicas."""
+    if job["kind"] == "Job":
+        pods = [task["template"]["spec"] for task in job["spec"]["tasks"]]
+    else:
+        pods = [r["template"]["spec"] for r in job["spec"]["pytorchReplicaSpecs"].values()]
+    return [(pod["containers"][0], pod["volumes"]) for pod in pods]
+
+
+@pytest.mark.parametrize("build", [volcano, kubeflow])
+def test_a_named_checkpoint_claim_is_every_replicas_checkpoint_directory(build: Any) -> None:
+    job = build(spec(roles=THREE, checkpoint_volume="ckpt"))
+    for container, volumes in containers_and_volumes(job):
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["DISTRUN_CHECKPOINT_DIR"] == "/distrun/checkpoints/train-abcde"
+        assert {"name": "distrun-checkpoints", "mountPath": "/distrun/checkpoints"} in container[
+            "volumeMounts"
+        ]
+        claim = {"name": "distrun-checkpoints", "persistentVolumeClaim": {"claimName": "ckpt"}}
+        assert claim in volumes
+
+
+@pytest.mark.parametrize("build", [volcano, kubeflow])
+def test_without_a_claim_no_checkpoint_directory_is_promised(build: Any) -> None:
+    for container, volumes in containers_and_volumes(build(spec(roles=THREE))):
+        assert "DISTRUN_CHECKPOINT_DIR" not in {e["name"] for e in container["env"]}
+        assert [v["name"] for v in volumes] == ["distrun-code"]
+
+
+def test_trainer_patches_the_checkpoint_claim_into_its_nodes() -> None:
+    s = spec(checkpoint_volume="ckpt")
+    job = trainjob(s, TARGET, OPTIONS, trainer_bundle(s, TARGET), runtime="torch-distributed")
+    patch = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    pod = patch["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert {"name": "distrun-checkpoints", "persistentVolumeClaim": {"claimName": "ckpt"}} in pod[
+        "volumes"
+    ]
+    assert pod["containers"][0]["volumeMounts"][-1]["mountPath"] == "/distrun/checkpoints"
+    env = {e["name"]: e.get("value") for e in job["spec"]["trainer"]["env"]}
+    assert env["DISTRUN_CHECKPOINT_DIR"] == "/distrun/checkpoints/train-abcde"
+
+
+def test_a_checkpoint_claim_that_is_no_name_is_refused_on_its_field() -> None:
+    with pytest.raises(SpecError) as refused:
+        spec(checkpoint_volume="../etc")
+    assert refused.value.field == "checkpoint_volume"
+
+
+def test_the_cell_and_the_command_line_name_the_checkpoint_claim() -> None:
+    parsed = parse_cell("%%distrun\n%framework=pytorch\n%checkpointVolume=ckpt\nprint(1)\n")
+    assert parsed.spec_fields["checkpoint_volume"] == "ckpt"
+    assert "%checkpointVolume=ckpt" in render_header(parsed.spec_fields)
+    args = build_parser().parse_args(["run", "train.py", "--checkpoint-volume", "ckpt"])
+    assert overrides_from_args(args) == {"checkpoint_volume": "ckpt"}

@@ -164,6 +164,9 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--elastic", metavar="MIN:MAX", help="elastic PyTorch: go on with MIN, take back up to MAX"
     )
+    group.add_argument(
+        "--checkpoint-volume", metavar="CLAIM", help="on a cluster: the claim for checkpoints"
+    )
     group.add_argument("--deadline", type=_count, metavar="SECONDS")
     group.add_argument("--startup-timeout", type=_count, metavar="SECONDS")
     group.add_argument("--clean-pod-policy", help="None, Running or All")
@@ -283,6 +286,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
         overrides["max_restarts"] = args.max_restarts
     if args.elastic is not None:
         overrides["elastic"] = args.elastic
+    if args.checkpoint_volume is not None:
+        overrides["checkpoint_volume"] = args.checkpoint_volume
     if args.deadline is not None:
         overrides["active_deadline_seconds"] = args.deadline
     if args.startup_timeout is not None:

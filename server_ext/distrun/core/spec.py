@@ -94,6 +94,10 @@ class JobSpec:
     # "MIN:MAX": the replicas run under torch's elastic agent, which goes on with as few as MIN
     # of them and takes back up to MAX (docs/fault-tolerance.md). None: a fixed world.
     elastic: str | None = None
+    # On a cluster: the PersistentVolumeClaim, in the job's namespace, that holds the job's
+    # checkpoint directory (DISTRUN_CHECKPOINT_DIR, one directory per job in it). The local
+    # engine keeps checkpoints under the job's state whatever it says.
+    checkpoint_volume: str | None = None
     active_deadline_seconds: int | None = None
     # A replica that writes no output within this many seconds of starting is killed as hung
     # at start-up (then the restart policy applies). None: no such check.
@@ -167,6 +171,9 @@ def parse_spec(data: Any, limits: Limits) -> JobSpec:
         restart=_optional_choice(data, "restart", RESTART_SCOPES),
         max_restarts=_optional_int(data, "max_restarts", 0, 100),
         elastic=_optional_string(data, "elastic"),
+        checkpoint_volume=_optional_match(
+            data, "checkpoint_volume", NAMESPACE_RE, "a PersistentVolumeClaim name like ckpt"
+        ),
         active_deadline_seconds=_optional_int(data, "active_deadline_seconds", 1, 30 * 86400),
         startup_timeout_seconds=_optional_int(data, "startup_timeout_seconds", 1, 86400),
         clean_pod_policy=_choice(data, "clean_pod_policy", CLEAN_POD_POLICIES, "Running"),

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from distrun.core.checkpoint_env import CHECKPOINT_DIR_ENV
 from distrun.core.errors import SpecError
 from distrun.core.frameworks import FRAMEWORKS
 from distrun.core.spec import JobSpec, Resources
@@ -25,6 +26,8 @@ MAX_SPEC_ANNOTATION_BYTES = 128 * 1024
 
 CODE_VOLUME = "distrun-code"
 CODE_DIR = "/distrun/code"
+CHECKPOINT_VOLUME = "distrun-checkpoints"
+CHECKPOINTS_DIR = "/distrun/checkpoints"  # the claim's root; each job has its own directory
 
 _DNS1035_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _NOT_LABEL_VALUE_RE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -145,7 +148,27 @@ def base_env(spec: JobSpec, job_id: str) -> dict[str, str]:
     env = {"PYTHONUNBUFFERED": "1"}
     env.update(spec.env)
     env["DISTRUN_JOB_ID"] = job_id
+    if spec.checkpoint_volume is not None:
+        # The job's own directory in the claim (distrun.checkpoint.save creates it), the same
+        # for every attempt, as the local engine's.
+        env[CHECKPOINT_DIR_ENV] = f"{CHECKPOINTS_DIR}/{job_id}"
     return env
+
+
+def checkpoint_volumes(spec: JobSpec) -> list[dict[str, Any]]:
+    """The pod's volume for the user's checkpoint claim, if the spec names one."""
+    if spec.checkpoint_volume is None:
+        return []
+    claim = {"claimName": spec.checkpoint_volume}
+    return [{"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": claim}]
+
+
+def checkpoint_mounts(spec: JobSpec) -> list[dict[str, Any]]:
+    """Where the container sees the checkpoint claim (its root: the job's directory is made
+    by the replica, as its own user, not by the kubelet as root)."""
+    if spec.checkpoint_volume is None:
+        return []
+    return [{"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINTS_DIR}]
 
 
 def resources(res: Resources, gpu: GpuMode, role: str) -> dict[str, Any]:

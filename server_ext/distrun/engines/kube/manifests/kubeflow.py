@@ -27,6 +27,8 @@ from distrun.engines.kube.manifests.common import (
     ClusterOptions,
     Target,
     base_env,
+    checkpoint_mounts,
+    checkpoint_volumes,
     container_security,
     env_list,
     job_labels,
@@ -199,7 +201,7 @@ def _template(
         "workingDir": CODE_DIR,
         "env": env,
         "ports": [{"name": framework.port_name, "containerPort": framework.default_port}],
-        "volumeMounts": [code.mount],
+        "volumeMounts": [code.mount, *checkpoint_mounts(spec)],
         "securityContext": container_security(options),
     }
     res = resources(spec.roles[role].resources, options.gpu, role)
@@ -207,7 +209,11 @@ def _template(
         container["resources"] = res
     return {
         "metadata": {"labels": job_labels(target.job_id, target.owner)},
-        "spec": {"containers": [container], "volumes": [code.volume], **pod_spec_extras(options)},
+        "spec": {
+            "containers": [container],
+            "volumes": [code.volume, *checkpoint_volumes(spec)],
+            **pod_spec_extras(options),
+        },
     }
 
 

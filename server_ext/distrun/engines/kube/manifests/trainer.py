@@ -20,6 +20,8 @@ from distrun.engines.kube.manifests.common import (
     ClusterOptions,
     Target,
     base_env,
+    checkpoint_mounts,
+    checkpoint_volumes,
     container_security,
     env_list,
     job_labels,
@@ -101,7 +103,7 @@ def trainjob(
         "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": runtime_kind, "name": runtime},
         "trainer": trainer,
         "runtimePatches": [
-            {"manager": PATCH_MANAGER, "trainingRuntimeSpec": _patch(target, options, code)}
+            {"manager": PATCH_MANAGER, "trainingRuntimeSpec": _patch(spec, target, options, code)}
         ],
     }
     if spec.active_deadline_seconds is not None:
@@ -172,13 +174,15 @@ def _node_resources(spec: JobSpec) -> Any:
     return next(iter(spec.roles.values())).resources
 
 
-def _patch(target: Target, options: ClusterOptions, code: CodeBundle) -> dict[str, Any]:
+def _patch(
+    spec: JobSpec, target: Target, options: ClusterOptions, code: CodeBundle
+) -> dict[str, Any]:
     pod_spec = {
-        "volumes": [code.volume],
+        "volumes": [code.volume, *checkpoint_volumes(spec)],
         "containers": [
             {
                 "name": REPLICATED_JOB,
-                "volumeMounts": [code.mount],
+                "volumeMounts": [code.mount, *checkpoint_mounts(spec)],
                 "securityContext": container_security(options),
             }
         ],

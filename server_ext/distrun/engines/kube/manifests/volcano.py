@@ -14,6 +14,7 @@ one task per role as the plugins expect, no shell, and code that runs unchanged.
 
 from typing import Any
 
+from distrun.core.checkpoint_env import RESTART_ENV
 from distrun.core.entrypoint import argv
 from distrun.core.errors import SpecError
 from distrun.core.frameworks import FRAMEWORKS
@@ -25,6 +26,8 @@ from distrun.engines.kube.manifests.common import (
     ClusterOptions,
     Target,
     base_env,
+    checkpoint_mounts,
+    checkpoint_volumes,
     container_security,
     env_list,
     job_labels,
@@ -45,6 +48,7 @@ INDEX_VARIABLE = "VC_TASK_INDEX"
 LABEL_JOB_NAME = "volcano.sh/job-name"
 LABEL_TASK = "volcano.sh/task-spec"
 LABEL_TASK_INDEX = "volcano.sh/task-index"
+ANNOTATION_RETRY_COUNT = "volcano.sh/job-retry-count"  # the job's retryCount at the pod's making
 # The exits the Training Operator's ExitCode policy (and the local engine) retry: signals.
 RETRYABLE_EXIT_CODES = range(128, 256)
 
@@ -147,6 +151,13 @@ def restart_policies(restart_policy: str) -> list[dict[str, Any]]:
     return [{"events": ["PodEvicted", "PodFailed"], "action": "RestartJob"}]
 
 
+def _attempt_variable() -> dict[str, Any]:
+    """DISTRUN_RESTART, as on the local engine (0 for the first run, 1 after the first
+    restart, ...): the controller writes the job's retry count into each pod it creates."""
+    path = f"metadata.annotations['{ANNOTATION_RETRY_COUNT}']"
+    return {"name": RESTART_ENV, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
 def _template(
     spec: JobSpec, target: Target, options: ClusterOptions, code: CodeBundle, role: str
 ) -> dict[str, Any]:
@@ -157,9 +168,9 @@ def _template(
         "image": options.image(spec),
         "command": [options.python, LAUNCHER_PATH, *argv(options.python, code.entrypoint)],
         "workingDir": CODE_DIR,
-        "env": env_list(env),
+        "env": [*env_list(env), _attempt_variable()],
         "ports": [{"name": framework.port_name[:15], "containerPort": framework.default_port}],
-        "volumeMounts": [code.mount],
+        "volumeMounts": [code.mount, *checkpoint_mounts(spec)],
         "securityContext": container_security(options),
     }
     res = resources(spec.roles[role].resources, options.gpu, role)
@@ -170,7 +181,7 @@ def _template(
         # restarted in its pod (OnFailure) would restart without limit, unseen by Volcano.
         "restartPolicy": "Never",
         "containers": [container],
-        "volumes": [code.volume],
+        "volumes": [code.volume, *checkpoint_volumes(spec)],
         **pod_spec_extras(options),
     }
     if spec.active_deadline_seconds is not None:
