@@ -37,6 +37,17 @@ const SUMMARY_WRITER = [
   'print("written", flush=True)'
 ].join('\n');
 
+// Every replica fails on the first run of the job (DISTRUN_RESTART 0), and succeeds on the next.
+const FAILS_ONCE = [
+  '%framework=generic',
+  '%worker=2',
+  '%restart=job',
+  '%maxRestarts=2',
+  'import os, sys',
+  'if os.environ["DISTRUN_RESTART"] == "0": sys.exit(3)',
+  'print("second run", flush=True)'
+].join('\n');
+
 test.describe('Seeing what replicas do', () => {
   test.beforeEach(async ({ page, request }) => {
     await expectServerExtension(request);
@@ -151,5 +162,41 @@ test.describe('Seeing what replicas do', () => {
     await board.waitForURL(/\/proxy\/\d+\/$/, { timeout: 90_000 });
     await expect(board).toHaveTitle('TensorBoard', { timeout: 30_000 });
     await board.close();
+  });
+
+  test('the Timeline tab shows each attempt and why the first one ended', async ({
+    page
+  }) => {
+    await runFirstCell(page, FAILS_ONCE);
+    const job = firstCellJob(page);
+    await expect(
+      job.locator('[data-test-id="distrun-job-status"]')
+    ).toHaveAttribute('data-state', 'succeeded', { timeout: 120_000 });
+    const jobId = await job.getAttribute('data-job-id');
+    const viewer = await openViewer(page, jobId!);
+    await viewer
+      .locator('[data-test-id="distrun-viewer-tab-timeline"]')
+      .click();
+    const timeline = viewer.locator('[data-test-id="distrun-viewer-timeline"]');
+    const attempts = timeline.locator('.jp-distrun-Timeline-attempt');
+    await expect(attempts).toHaveCount(2);
+    await expect(attempts.nth(0)).toHaveAttribute('data-outcome', 'failed');
+    await expect(attempts.nth(1)).toHaveAttribute('data-outcome', 'succeeded');
+    const events = timeline.locator(
+      '[data-test-id="distrun-viewer-timeline-event"]'
+    );
+    const kinds = await events.evaluateAll(rows =>
+      rows.map(row => (row as HTMLElement).dataset.kind)
+    );
+    expect(kinds).toEqual([
+      'submitted',
+      'started',
+      'failed',
+      'restarting',
+      'started',
+      'ended'
+    ]);
+    await expect(events.nth(2)).toContainText(/worker-\d .*exit code 3/);
+    await expect(events.nth(4)).toContainText('attempt 2');
   });
 });

@@ -1,7 +1,8 @@
 /**
- * The log viewer: one job in the main area, live. A status line in words, then three tabs:
+ * The log viewer: one job in the main area, live. A status line in words, then five tabs:
  * Logs (every replica's lines, virtualised, with replica filter, search, follow / pause and
- * jump to the first error), Metrics (the live chart), Spec (the job as a cell, with Run again
+ * jump to the first error), Metrics (the live chart), Usage (CPU, memory, GPU per replica),
+ * Timeline (attempts, failures, restarts, resumes) and Spec (the job as a cell, with Run again
  * and Edit and run again).
  *
  * Lines travel websocket -> LogBuffer (de-duplicated, resume cursor) -> once per animation
@@ -20,6 +21,7 @@ import { Panel, Widget } from '@lumino/widgets';
 import { appendAnsi, plainText } from '../common/ansi';
 import { appendFrameLine } from '../common/sourceframes';
 import { ScalarsPoller } from './scalars';
+import { TimelinePanel } from './timelinepanel';
 import { UsageStore } from './usagestore';
 import { replicaColorIndex, replicaPrefix } from '../common/colors';
 import { formatStatus } from '../common/format';
@@ -44,7 +46,7 @@ const CHUNK_LINES = 2000;
 export const MAX_RENDERED_CHARS = 2000;
 const SEARCH_DELAY_MS = 150;
 
-export type ViewerTab = 'logs' | 'metrics' | 'usage' | 'spec';
+export type ViewerTab = 'logs' | 'metrics' | 'usage' | 'timeline' | 'spec';
 
 export interface ILogViewerOptions {
   jobId: string;
@@ -110,6 +112,7 @@ export class LogViewer extends Panel {
         xLabel: this._trans.__('seconds')
       }
     );
+    this._timeline = new TimelinePanel(this._trans);
     this._scalars = new ScalarsPoller(
       this.jobId,
       this._metricStore,
@@ -156,6 +159,7 @@ export class LogViewer extends Panel {
       logs: this._logsPane,
       metrics: this._metrics,
       usage: this._usage,
+      timeline: this._timeline,
       spec: this._specPane
     };
     for (const [name, pane] of Object.entries(panes)) {
@@ -238,9 +242,16 @@ export class LogViewer extends Panel {
       logs: this._trans.__('Logs'),
       metrics: this._trans.__('Metrics'),
       usage: this._trans.__('Usage'),
+      timeline: this._trans.__('Timeline'),
       spec: this._trans.__('Spec')
     };
-    for (const tab of ['logs', 'metrics', 'usage', 'spec'] as ViewerTab[]) {
+    for (const tab of [
+      'logs',
+      'metrics',
+      'usage',
+      'timeline',
+      'spec'
+    ] as ViewerTab[]) {
       const button = document.createElement('button');
       button.className = 'jp-distrun-LogViewer-tab';
       button.setAttribute('role', 'tab');
@@ -300,6 +311,7 @@ export class LogViewer extends Panel {
     body.addWidget(this._logsPane);
     body.addWidget(this._metrics);
     body.addWidget(this._usage);
+    body.addWidget(this._timeline);
     body.addWidget(this._specPane);
 
     this.addWidget(header);
@@ -487,6 +499,7 @@ export class LogViewer extends Panel {
     );
     this._updateChips();
     this._updateSpec(job);
+    this._timeline.setJob(job);
   }
 
   private _onEnd(): void {
@@ -766,6 +779,7 @@ export class LogViewer extends Panel {
   private readonly _metrics: MetricsPanel;
   private readonly _usage: MetricsPanel;
   private readonly _usageStore: UsageStore;
+  private readonly _timeline: TimelinePanel;
   private readonly _scalars: ScalarsPoller;
   private readonly _stream: JobStream;
   private readonly _logsPane = new Panel();
