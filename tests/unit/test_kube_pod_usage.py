@@ -99,6 +99,20 @@ async def test_a_new_listing_adds_a_sample_and_since_resumes_after_it() -> None:
     assert [s.seq for s in (await report(usage, api, "a")).samples] == [0, 1, 2]  # a third
 
 
+async def test_peaks_are_each_replicas_largest_working_set_in_the_series_read() -> None:
+    api = MetricsApi([pod_metrics("a", "Worker", 0, "1", "3Gi")])
+    usage = PodUsage(interval=0)
+    assert usage.peaks("team", "a") == {}  # nobody read it: no series, no peak
+    await report(usage, api, "a")
+    api.items = [
+        pod_metrics("a", "Worker", 0, "1", "1Gi"),
+        pod_metrics("a", "Master", 0, "1", "2Mi"),
+    ]
+    await report(usage, api, "a")
+    assert usage.peaks("team", "a") == {"worker-0": 3 * 2**30, "master-0": 2 * 2**20}
+    assert usage.peaks("team", "b") == {} and usage.peaks("other", "a") == {}
+
+
 async def test_without_metrics_server_the_report_says_so() -> None:
     api = MetricsApi([], NotFound("cannot read the pods' usage: the server could not find it"))
     result = await report(PodUsage(), api, "a")

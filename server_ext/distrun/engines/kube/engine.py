@@ -239,7 +239,10 @@ class KubeEngine:
     def describe_job(
         self, obj: Obj, spec: JobSpec, pods: dict[str, Obj], restarts: RestartBook | None = None
     ) -> Job:
-        return describe(self.name, obj, spec, pods, self.phase(obj), restarts)
+        """The job, with the usage peaks read so far (an OOM kill's words name the peak)."""
+        meta = obj["metadata"]
+        peaks = self._usage.peaks(meta.get("namespace", ""), meta["name"])
+        return describe(self.name, obj, spec, pods, self.phase(obj), restarts, peaks)
 
     def phase(self, obj: Obj) -> Phase:
         raise NotImplementedError
@@ -355,7 +358,7 @@ class KubeEngine:
                 jobs.append(unreadable_job(self.name, obj, error))
                 continue
             replicas = self.replica_pods(by_job.get(obj["metadata"]["name"], []), spec)
-            jobs.append(describe(self.name, obj, spec, replicas, self.phase(obj)))
+            jobs.append(self.describe_job(obj, spec, replicas))
         return sorted(jobs, key=lambda job: job.created_at, reverse=True)
 
     async def get_job(self, job_id: str, owner: str) -> Job:
@@ -367,7 +370,7 @@ class KubeEngine:
             return unreadable_job(self.name, obj, error)
         pods = await self._pods(api, obj, spec)
         restarts = await self._record_restarts(api, obj, spec, pods)
-        job = describe(self.name, obj, spec, pods, self.phase(obj), restarts)
+        job = self.describe_job(obj, spec, pods, restarts)
         if job.state == JobState.PENDING:
             job.reason = await self.waiting_reason(api, obj, job) or job.reason
         if job.failed_replica and job.failed_replica in pods:
@@ -762,11 +765,16 @@ def describe(
     pods: dict[str, Obj],
     phase: Phase,
     restarts: RestartBook | None = None,
+    peaks: dict[str, int] | None = None,
 ) -> Job:
     """The job as the API server shows it: the object's status first, pods for the detail,
-    and what the restart ledger kept of pods the controller deleted."""
+    and what the restart ledger kept of pods the controller deleted; `peaks`: each replica's
+    largest working set metrics-server gave, where known (an OOM kill's words name it)."""
     meta = obj["metadata"]
-    replicas = [replica_status(name, pods.get(name)) for name in spec.replica_names()]
+    replicas = [
+        replica_status(name, pods.get(name), (peaks or {}).get(name))
+        for name in spec.replica_names()
+    ]
     apply_restarts(restarts or {}, replicas, pods)
     for replica in replicas:
         replica.restarts += phase.restarts
@@ -828,7 +836,7 @@ def _mark_removed(replicas: list[ReplicaStatus], pods: dict[str, Obj]) -> None:
             replica.reason = REMOVED_REASON
 
 
-def replica_status(name: str, pod: Obj | None) -> ReplicaStatus:
+def replica_status(name: str, pod: Obj | None, peak: int | None = None) -> ReplicaStatus:
     role, index = name.rsplit("-", 1)
     status = ReplicaStatus(name=name, role=role, index=int(index))
     if pod is None:
@@ -858,7 +866,7 @@ def replica_status(name: str, pod: Obj | None) -> ReplicaStatus:
         status.state = JobState.SUCCEEDED
     elif phase == "Failed":
         status.state = JobState.FAILED
-        status.reason = attempt_words(pod, terminated or {})
+        status.reason = attempt_words(pod, terminated or {}, peak)
     else:
         status.reason = _pending_pod_reason(pod, waiting)
     if status.state == JobState.RUNNING and waiting:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from distrun.core.errors import DistrunError, NotFound
 from distrun.core.quantities import quantity_value
 from distrun.core.spec import JobSpec
-from distrun.core.usage import ReplicaUsage, UsageReport, UsageSample, memory_limits
+from distrun.core.usage import ReplicaUsage, UsageReport, UsageSample, memory_limits, peak_rss
 from distrun.engines.kube.client import KubeApi, Obj, Resource
 
 POD_METRICS = Resource("metrics.k8s.io", "v1beta1", "pods")
@@ -134,6 +134,16 @@ class PodUsage:
         series.take(metrics, selector, lambda item: replica_of(item, spec))
         samples = [sample for sample in series.samples if sample.seq >= since]
         return UsageReport(True, None, self.interval, samples, memory_limits(spec))
+
+    def peaks(self, namespace: str, job_id: str) -> dict[str, int]:
+        """Each replica's largest working set in the job's series; empty when nobody read
+        the job's usage while it ran (there is no series to take it from)."""
+        series = self._jobs.get((namespace, job_id))
+        if series is None:
+            return {}
+        samples = list(series.samples)
+        names = {name for sample in samples for name in sample.replicas}
+        return {name: peak for name in names if (peak := peak_rss(samples, name)) is not None}
 
     def _series(self, namespace: str, job_id: str) -> JobUsage:
         key = (namespace, job_id)

@@ -82,10 +82,11 @@ def last_failure(pod: Obj) -> Failure | None:
     return None
 
 
-def attempt_words(pod: Obj, terminated: Obj) -> str:
-    """How a failed attempt of the pod's container ended, as the local engine says it."""
+def attempt_words(pod: Obj, terminated: Obj, peak: int | None = None) -> str:
+    """How a failed attempt of the pod's container ended, as the local engine says it (an
+    OOM kill with the replica's `peak` working set, where one is known)."""
     if terminated.get("reason") == "OOMKilled":
-        return out_of_memory_text(None, memory_limit(pod))
+        return out_of_memory_text(peak, memory_limit(pod))
     code = terminated.get("exitCode")
     words = f"exit code {code}" if code is not None else "failed"
     message = terminated.get("message") or (pod.get("status") or {}).get("message")
