@@ -45,11 +45,12 @@ from typing_extensions import Self
 from tests.server_process import free_port
 
 from .binaries import Binaries
-from .pki import Pki, write_pki
+from .pki import FRONT_PROXY_CLIENT, Pki, write_pki
 from .processes import Component, http_ok, unverified_loopback_context
 
 HERE = Path(__file__).parent
 KWOK_STAGES = HERE / "kwok-stages.yaml"
+KWOK_METRICS = HERE / "kwok-metrics.yaml"  # simulated usage, served as a kubelet's
 
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"  # the `kubernetes` service, first address of SERVICE_CIDR
@@ -101,7 +102,14 @@ class FakeNode:
                     "kubernetes.io/arch": "amd64",
                     "type": "kwok",
                 },
-                "annotations": {"kwok.x-k8s.io/node": "fake"},
+                "annotations": {
+                    "kwok.x-k8s.io/node": "fake",
+                    # Where metrics-server scrapes this node's kubelet metrics: kwok's Metric
+                    # (kwok-metrics.yaml), on kwok's port, instead of /metrics/resource.
+                    "metrics.k8s.io/resource-metrics-path": (
+                        f"/metrics/nodes/{self.name}/metrics/resource"
+                    ),
+                },
             },
             "status": {"capacity": capacity, "allocatable": capacity},
         }
@@ -249,9 +257,27 @@ class KubeCluster:
                 "--kubelet-preferred-address-types=InternalIP",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
                 "--profiling=false",
+                *self.aggregation_flags(),
             ],
         )
         self.wait_apiserver_ready(apiserver)
+
+    def aggregation_flags(self) -> list[str]:
+        """The aggregation layer, for metrics-server's `metrics.k8s.io` (metrics_server.py):
+        kube-apiserver proxies to it with the front proxy's client certificate and the user in
+        headers; it reaches the APIService's Service by its ExternalName (there is no
+        kube-proxy). Not `--enable-aggregator-routing`: routing to endpoints refuses an
+        ExternalName Service ("unsupported service type")."""
+        assert self.pki is not None
+        return [
+            f"--requestheader-client-ca-file={self.pki.ca_cert}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={self.pki.proxy_client_cert}",
+            f"--proxy-client-key-file={self.pki.proxy_client_key}",
+        ]
 
     def wait_apiserver_ready(self, apiserver: Component) -> None:
         assert self.pki is not None
@@ -309,6 +335,7 @@ class KubeCluster:
                 str(self.binaries.kwok),
                 f"--kubeconfig={admin}",
                 f"--config={KWOK_STAGES}",
+                f"--config={KWOK_METRICS}",
                 f"--config={self.write_kwok_fallback_logs()}",
                 "--manage-all-nodes=true",
                 "--node-ip=127.0.0.1",

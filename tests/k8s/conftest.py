@@ -23,7 +23,14 @@ import pytest
 
 from distrun.engines.kube.kubeflow import KubeflowEngine
 
-from .binaries import Binaries, BuildError, cache_root, ensure_all, file_lock
+from .binaries import (
+    Binaries,
+    BuildError,
+    cache_root,
+    ensure_all,
+    ensure_metrics_server,
+    file_lock,
+)
 from .cluster import KubeCluster
 from .controller_builds import (
     ControllerBinaries,
@@ -49,6 +56,7 @@ from .katib_controller import (
     start_katib,
     start_suggestion_service,
 )
+from .metrics_server import metrics_server
 from .real_controllers import (
     start_job_controller,
     start_jobset,
@@ -72,6 +80,7 @@ class Build:
     controllers: ControllerBinaries | None = None  # only when a test asks for them
     katib: KatibBinaries | None = None  # likewise
     katib_suggestion: Path | None = None
+    metrics_server: Path | None = None  # likewise
 
 
 def skipping() -> bool:
@@ -103,6 +112,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             Build.katib = ensure_katib(report)
         if needed("katib_cluster"):
             Build.katib_suggestion = ensure_katib_suggestion(report)
+        if needed("kube_metrics"):
+            Build.metrics_server = ensure_metrics_server(report) / "metrics-server"
     except BuildError as error:  # raised again by the fixture: a test error, not a crash
         Build.error = error
 
@@ -195,6 +206,16 @@ def kueue_controllers(
 ) -> None:
     """Kueue with every webhook of its manifests in `controllers_cluster`, once a session."""
     start_kueue_everywhere(controllers_cluster, controller_binaries)
+
+
+@pytest.fixture(scope="module")
+def kube_metrics(kube_cluster: KubeCluster) -> Iterator[None]:
+    """The real metrics-server serving `metrics.k8s.io` in `kube_cluster` from kwok's
+    simulated usage (metrics_server.py), for one module: a cluster without it is what the
+    other modules test (`metrics.k8s.io` answers 404)."""
+    binary = Build.metrics_server or ensure_metrics_server() / "metrics-server"
+    with metrics_server(kube_cluster, binary):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
 """Certificates and keys for a loopback-only test cluster: one CA, one serving certificate (used
-by kube-apiserver and by kwok's kubelet endpoint) and the service-account signing key."""
+by kube-apiserver, by kwok's kubelet endpoint and by metrics-server), the front proxy's client
+certificate (kube-apiserver's aggregation layer) and the service-account signing key."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ SERVING_DNS_NAMES = (
     "kubernetes.default",
     "kubernetes.default.svc",
     "kubernetes.default.svc.cluster.local",
+    "metrics-server.kube-system.svc",  # the name the aggregator checks (metrics_server.py)
 )
+FRONT_PROXY_CLIENT = "front-proxy-client"  # kube-apiserver's --requestheader-allowed-names
 VALIDITY = datetime.timedelta(days=7)
 
 
@@ -30,6 +33,8 @@ class Pki:
     serving_key: Path
     service_account_key: Path  # private, signs tokens (apiserver, controller-manager)
     service_account_public_key: Path  # verifies them (apiserver)
+    proxy_client_cert: Path  # kube-apiserver's, to the aggregated API servers it proxies to
+    proxy_client_key: Path
 
 
 def write_pki(directory: Path, service_ip: str) -> Pki:
@@ -69,6 +74,14 @@ def write_pki(directory: Path, service_ip: str) -> Pki:
         .sign(ca_key, hashes.SHA256())
     )
 
+    proxy_client_key = ec.generate_private_key(ec.SECP256R1())
+    proxy_client_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, FRONT_PROXY_CLIENT)])
+    proxy_client_cert = (
+        certificate_builder(proxy_client_name, ca_name, proxy_client_key.public_key(), now)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
     service_account_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
     pki = Pki(
@@ -77,17 +90,21 @@ def write_pki(directory: Path, service_ip: str) -> Pki:
         serving_key=directory / "serving.key",
         service_account_key=directory / "service-account.key",
         service_account_public_key=directory / "service-account.pub",
+        proxy_client_cert=directory / "front-proxy-client.crt",
+        proxy_client_key=directory / "front-proxy-client.key",
     )
     pki.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     pki.serving_cert.write_bytes(serving_cert.public_bytes(serialization.Encoding.PEM))
     pki.serving_key.write_bytes(private_pem(serving_key))
     pki.service_account_key.write_bytes(private_pem(service_account_key))
+    pki.proxy_client_cert.write_bytes(proxy_client_cert.public_bytes(serialization.Encoding.PEM))
+    pki.proxy_client_key.write_bytes(private_pem(proxy_client_key))
     pki.service_account_public_key.write_bytes(
         service_account_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
-    for key in (pki.serving_key, pki.service_account_key):
+    for key in (pki.serving_key, pki.service_account_key, pki.proxy_client_key):
         key.chmod(0o600)
     return pki
 

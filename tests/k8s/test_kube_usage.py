@@ -1,0 +1,124 @@
+"""What each replica of a Kubernetes job uses, as distrun's engine reads it from the real
+metrics-server (fixture `kube_metrics`), which scrapes kwok's simulated usage: the test gives a
+running pod its CPU and memory in annotations (kwok-metrics.yaml's ClusterResourceUsage), kwok
+serves them as a kubelet's resource metrics, metrics-server turns them into PodMetrics behind
+`metrics.k8s.io`. And a container the kubelet killed for memory (kwok's `pod-exit` Stage with
+reason OOMKilled, exit code 137), said in words with the peak metrics-server gave."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from distrun.core.job import JobState
+from distrun.core.spec import JobSpec
+from distrun.core.usage import UsageReport
+from distrun.engines.kube.kubeflow import KubeflowEngine
+
+from .metrics_server import RESOLUTION_SECONDS
+from .real_operator import EXIT_ANNOTATION, job_pods
+from .waiting import eventually
+
+pytestmark = pytest.mark.kubernetes
+
+CPU_ANNOTATION = "kwok.distrun.test/usage-cpu"
+MEMORY_ANNOTATION = "kwok.distrun.test/usage-memory"
+REASON_ANNOTATION = "kwok.distrun.test/reason"
+# Two scrapes (CPU is a rate between them), then distrun's own interval between listings.
+USAGE_WAIT = 4 * RESOLUTION_SECONDS + 30.0
+MIB, GIB = 2**20, 2**30
+
+JOB = JobSpec.from_dict(
+    {
+        "framework": "pytorch",
+        "code": "print('hi')\n",
+        "roles": {
+            "master": {"replicas": 1},
+            "worker": {"replicas": 1, "resources": {"memory": "4Gi"}},
+        },
+    }
+)
+
+
+async def running_pods(api: Any, namespace: str, job_id: str) -> dict[str, Any]:
+    return await eventually(
+        lambda: job_pods(api, namespace, job_id),
+        lambda found: len(found) == 2 and all(p.status.phase == "Running" for p in found.values()),
+        "the operator's pods to run",
+    )
+
+
+async def annotate(api: Any, namespace: str, pod: Any, annotations: dict[str, str]) -> None:
+    body = {"metadata": {"annotations": annotations}}
+    await client.CoreV1Api(api).patch_namespaced_pod(pod.metadata.name, namespace, body)
+
+
+async def use(api: Any, namespace: str, pod: Any, cpu: str, memory: str) -> None:
+    """kwok's simulated usage of the pod's container from now on."""
+    await annotate(api, namespace, pod, {CPU_ANNOTATION: cpu, MEMORY_ANNOTATION: memory})
+
+
+def has_replicas(*names: str) -> Any:
+    def check(report: UsageReport) -> bool:
+        return bool(report.samples) and set(report.samples[-1].replicas) == set(names)
+
+    return check
+
+
+async def test_kwok_usage_served_by_metrics_server_is_each_replicas_cpu_and_memory(
+    kube_metrics: None, kubeflow: KubeflowEngine, kube_admin: Any, operator_namespace: str
+) -> None:
+    job = await kubeflow.submit(JOB, "alice")
+    pods = await running_pods(kube_admin, operator_namespace, job.id)
+    await use(kube_admin, operator_namespace, pods["master-0"], "1500m", "3Gi")
+    await use(kube_admin, operator_namespace, pods["worker-0"], "250m", "512Mi")
+
+    report = await eventually(
+        lambda: kubeflow.read_usage(job.id, "alice"),
+        has_replicas("master-0", "worker-0"),
+        "metrics-server's PodMetrics of both replicas",
+        USAGE_WAIT,
+    )
+    assert report.available and report.reason is None
+    replicas = report.samples[-1].replicas
+    assert replicas["master-0"].rss_bytes == 3 * GIB
+    assert replicas["worker-0"].rss_bytes == 512 * MIB
+    # A rate over metrics-server's window between two scrapes of kwok's cumulative CPU time.
+    assert replicas["master-0"].cpu_percent == pytest.approx(150.0, abs=1.5)
+    assert replicas["worker-0"].cpu_percent == pytest.approx(25.0, abs=0.5)
+    assert report.memory_limits == {"worker-0": 4 * GIB}
+
+
+async def test_a_replica_killed_for_memory_is_said_in_words_with_its_peak_and_limit(
+    kube_metrics: None, kubeflow: KubeflowEngine, kube_admin: Any, operator_namespace: str
+) -> None:
+    job = await kubeflow.submit(JOB, "alice")
+    pods = await running_pods(kube_admin, operator_namespace, job.id)
+    await use(kube_admin, operator_namespace, pods["master-0"], "100m", "100Mi")
+    await use(kube_admin, operator_namespace, pods["worker-0"], "1", "3900Mi")
+    await eventually(  # someone looks while it runs: the engine has the worker's peak
+        lambda: kubeflow.read_usage(job.id, "alice"),
+        has_replicas("master-0", "worker-0"),
+        "metrics-server's PodMetrics of both replicas",
+        USAGE_WAIT,
+    )
+
+    # kwok's pod-exit Stage ends the container as a kubelet does an OOM kill.
+    oom = {EXIT_ANNOTATION: "137", REASON_ANNOTATION: "OOMKilled"}
+    await annotate(kube_admin, operator_namespace, pods["worker-0"], oom)
+    failed = await eventually(
+        lambda: kubeflow.get_job(job.id, "alice"),
+        lambda j: j.failed_replica is not None,
+        "the failed replica to be named",
+    )
+    worker = client.CoreV1Api(kube_admin)
+    stored = await worker.read_namespaced_pod(pods["worker-0"].metadata.name, operator_namespace)
+    terminated = stored.status.container_statuses[0].state.terminated
+    assert (terminated.reason, terminated.exit_code) == ("OOMKilled", 137)
+    assert failed.state == JobState.FAILED and failed.failed_replica == "worker-0"
+    assert failed.reason == "worker-0 killed: out of memory (peak 3.8 GiB of a 4 GiB limit)"
+    [replica] = [r for r in failed.replicas if r.name == "worker-0"]
+    assert replica.exit_code == 137
+    assert replica.reason == "killed: out of memory (peak 3.8 GiB of a 4 GiB limit)"
