@@ -13,6 +13,9 @@ What a simulated pod does is told by its annotations (see kwok-stages.yaml):
     kwok.distrun.test/run-for: "2s"     how long it runs before it ends (default: at once)
     kwok.distrun.test/start-after: "1s" how long it stays Pending once scheduled
     kwok.distrun.test/message: "..."    the container's termination message
+    kwok.distrun.test/reason: "..."     its reason (default Completed / Error): OOMKilled with 137
+    kwok.distrun.test/usage-cpu: "1"    what its containers use, as metrics-server sees it
+    kwok.distrun.test/usage-memory: "1Gi"   (both needed; kwok-metrics.yaml, metrics_server.py)
 
 and what it "prints" by `KubeCluster.pod_log`, a file that kwok serves as the container's log
 through the API (`read_namespaced_pod_log`, with `follow=True` too). Create it before the pod.
