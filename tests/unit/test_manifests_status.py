@@ -128,12 +128,12 @@ def test_a_container_killed_for_memory_is_reported_in_words_with_its_limit() -> 
     # With the peak metrics-server gave for it (the engine's usage series, pod_usage.peaks).
     peaks = {"worker-0": int(3.9 * 2**30), "master-0": 2**20}
     job = describe(
-        "kubeflow", obj, stored_spec(obj), {"worker-0": killed}, Phase(JobState.FAILED), peaks
+        "kubeflow", obj, stored_spec(obj), {"worker-0": killed}, Phase(JobState.FAILED), peaks=peaks
     )
     assert job.reason == "worker-0 killed: out of memory (peak 3.9 GiB)"
     killed["spec"] = {"containers": [{"resources": {"limits": {"memory": "4Gi"}}}]}
     job = describe(
-        "kubeflow", obj, stored_spec(obj), {"worker-0": killed}, Phase(JobState.FAILED), peaks
+        "kubeflow", obj, stored_spec(obj), {"worker-0": killed}, Phase(JobState.FAILED), peaks=peaks
     )
     assert job.reason == "worker-0 killed: out of memory (peak 3.9 GiB of a 4 GiB limit)"
 
