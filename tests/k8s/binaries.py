@@ -32,7 +32,7 @@ KWOK_VERSION = "v0.8.0"  # lists Kubernetes 1.36 in its supported_releases.txt
 TRAINING_OPERATOR_VERSION = "v1.9.4"
 TRAINING_OPERATOR_PACKAGE = "github.com/kubeflow/training-operator/cmd/training-operator.v1"
 
-KUEUE_VERSION = "v0.14.0"
+KUEUE_VERSION = "v0.17.1"
 KUEUE_PACKAGE = "sigs.k8s.io/kueue/cmd/kueue"
 METRICS_SERVER_VERSION = "v0.8.0"
 METRICS_SERVER_PACKAGE = "sigs.k8s.io/metrics-server/cmd/metrics-server"

@@ -130,6 +130,17 @@ def _webhooks_served(port: int, paths: tuple[str, ...]) -> bool:
 
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_INTEGRATIONS = ("batch/job", "kubeflow.org/pytorchjob")
+# Kueue v0.17 stores these kinds as v1beta2 and serves v1beta1 (deprecated) through the
+# conversion webhook its manifests patch into these CRDs (config/components/crd/kustomization).
+# Its certificate rotator injects the webhook's CA into them and Kueue does not start before it
+# has: a CRD without a conversion webhook keeps it waiting.
+KUEUE_CONVERTED_CRDS = (
+    "localqueues",
+    "clusterqueues",
+    "cohorts",
+    "workloads",
+    "multikueueclusters",
+)
 
 
 def start_kueue(cluster: KubeCluster, kueue: Path, managed_namespace: str) -> Component:
@@ -147,7 +158,7 @@ def start_kueue(cluster: KubeCluster, kueue: Path, managed_namespace: str) -> Co
     config.write_text(
         yaml.safe_dump(
             {
-                "apiVersion": "config.kueue.x-k8s.io/v1beta1",
+                "apiVersion": "config.kueue.x-k8s.io/v1beta2",
                 "kind": "Configuration",
                 "namespace": KUEUE_NAMESPACE,
                 "health": {"healthProbeBindAddress": f"127.0.0.1:{probe_port}"},
@@ -163,6 +174,7 @@ def start_kueue(cluster: KubeCluster, kueue: Path, managed_namespace: str) -> Co
         )
     )
     _register_kueue_webhooks(cluster, webhook_port, certs.ca_bundle, managed_namespace)
+    convert_through_kueue(cluster, webhook_port)
     component = Component(
         "kueue",
         # Its visibility API server (pending workloads' positions, which distrun does not
@@ -180,6 +192,23 @@ def start_kueue(cluster: KubeCluster, kueue: Path, managed_namespace: str) -> Co
     paths = ("/mutate-kubeflow-org-v1-pytorchjob", "/validate-kubeflow-org-v1-pytorchjob")
     component.wait_ready(lambda: _webhooks_served(webhook_port, paths), READY_TIMEOUT)
     return component
+
+
+def convert_through_kueue(cluster: KubeCluster, port: int) -> None:
+    """Kueue's conversion webhook in the CRDs of KUEUE_CONVERTED_CRDS, as its manifests install
+    it, at 127.0.0.1:`port` (no Service here); no caBundle: Kueue's rotator injects it."""
+    conversion = {
+        "strategy": "Webhook",
+        "webhook": {
+            "clientConfig": {"url": f"https://127.0.0.1:{port}/convert"},
+            "conversionReviewVersions": ["v1"],
+        },
+    }
+    extensions = kubernetes.client.ApiextensionsV1Api(cluster.admin)
+    for plural in KUEUE_CONVERTED_CRDS:
+        extensions.patch_custom_resource_definition(
+            f"{plural}.kueue.x-k8s.io", {"spec": {"conversion": conversion}}
+        )
 
 
 def _register_kueue_webhooks(

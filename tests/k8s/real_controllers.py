@@ -4,7 +4,9 @@ running `KubeCluster` as an operator would install it, and reconciling every nam
 - Volcano v1.15.1: scheduler, controller-manager, and the admission webhooks of its Helm chart;
 - JobSet v0.12.0 and Kubeflow Trainer v2.3.0 (controllers and their webhooks; Trainer's
   defaulting webhook and JobSet's are what set the defaults their controllers rely on);
-- Kueue v0.14.0, whose defaulting webhook suspends a job labelled with a queue;
+- Kueue v0.17.1 (the first release built on Trainer v2.2's API: older ones erase a TrainJob's
+  runtimePatches when they start it), whose defaulting webhook suspends a job labelled with a
+  queue, and whose conversion webhook serves its deprecated v1beta1 kinds;
 - kube-controller-manager's job controller, which JobSet and Kueue need to turn Jobs into pods
   and which the tier's own controller-manager does not run.
 
@@ -39,6 +41,7 @@ from tests.server_process import free_port
 from .binaries import report_to_stderr
 from .cluster import KubeCluster, exists, wait_for
 from .controller_builds import ControllerBinaries, Manifests
+from .controllers import convert_through_kueue
 from .processes import Component, http_ok, unverified_loopback_context
 from .webhook_certs import make_certs
 
@@ -65,7 +68,7 @@ TRAINER_RUNTIMES = "manifests/base/runtimes/"
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_SERVICE = "kueue-webhook-service"
 KUEUE_SECRET = "kueue-webhook-server-cert"
-# Kueue v0.14's default `integrations.frameworks` is batch/job alone: the kinds distrun queues
+# Kueue's default `integrations.frameworks` is batch/job alone: the kinds distrun queues
 # must be named.
 KUEUE_FRAMEWORKS = ("batch/job", "kubeflow.org/pytorchjob", "trainer.kubeflow.org/trainjob")
 
@@ -492,10 +495,11 @@ def start_kueue(
     names = [f"kueue-{c['metadata']['name']}" for c in configurations]
     for configuration, name in zip(configurations, names, strict=True):
         register_webhooks(cluster, configuration, name, port, None)
+    convert_through_kueue(cluster, port)
     config = write_config(
         workdir / "config.yaml",
         {
-            "apiVersion": "config.kueue.x-k8s.io/v1beta1",
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
             "kind": "Configuration",
             "namespace": KUEUE_NAMESPACE,
             "health": {"healthProbeBindAddress": f"127.0.0.1:{probe_port}"},

@@ -24,6 +24,8 @@ from distrun.core.job import JobState
 from distrun.core.logs import JobUpdate, LogBatch
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.engine import REMOVED_REASON
+from distrun.engines.kube.kueue import WORKLOADS
+from distrun.engines.kube.manifests.common import CODE_VOLUME
 from distrun.engines.kube.trainer import PATCH_REMOVED, TrainerEngine
 from distrun.engines.kube.volcano import VolcanoEngine
 
@@ -509,17 +511,18 @@ async def test_cancelling_or_deleting_a_trainjob_leaves_nothing_and_starts_no_po
     assert created == [], f"pods created after the {action}"
 
 
-async def test_kueue_v0_14_erases_distruns_runtime_patch_and_the_job_says_so(
+async def test_kueue_admits_a_trainjob_with_distruns_runtime_patches_and_it_runs(
     admin: Any,
     namespace: str,
     controllers_cluster: KubeCluster,
     trainer_controllers: None,
     kueue_controllers: None,
 ) -> None:
-    """Kueue v0.14.0 admits the Workload and starts the TrainJob with an update made through
-    Trainer v2.0's API types, which have no runtimePatches: distrun's patch (code volume,
-    labels, hardened container) is gone, Trainer's JobSet is refused, no pod ever runs, and the
-    job says why (docs/kubernetes.md). A Kueue built on Trainer v2.2's API keeps the patch."""
+    """Kueue admits the Workload and resumes the TrainJob without dropping distrun's runtime
+    patch (Kueue v0.14.0, built on Trainer v2.0's API types, erased it and the job never ran);
+    Trainer builds the JobSet from the runtime and that patch (the code volume and its mount,
+    labels, the hardened container), the pods run with the code, the user's env and resources,
+    and the job ends."""
     queue = make_queues(controllers_cluster, namespace, cpu="4")
     engine = TrainerEngine(
         api_client=admin, namespace=namespace, queue_system="kueue", default_queue=queue
@@ -527,13 +530,42 @@ async def test_kueue_v0_14_erases_distruns_runtime_patch_and_the_job_says_so(
     try:
         job_spec = spec({"master": 1, "worker": 1}, env={"GREETING": "hello"})
         job = await engine.submit(job_spec, OWNER)
-        waiting = await eventually(
-            lambda: engine.get_job(job.id, OWNER),
-            lambda j: j.reason == PATCH_REMOVED,
-            "the job to say its runtime patch was removed",
+        selector = engine.pod_selector(job.id)
+
+        async def job_and_pods() -> tuple[Any, list[Any]]:
+            return await engine.get_job(job.id, OWNER), await pods_of(admin, namespace, selector)
+
+        running, pods = await eventually(
+            job_and_pods,
+            lambda found: found[0].reason == PATCH_REMOVED or all_running(2)(found[1]),
+            "Kueue to admit the TrainJob and Trainer's pods to run",
         )
-        assert waiting.state == JobState.PENDING
-        assert await pods_of(admin, namespace, engine.pod_selector(job.id)) == []
+        assert running.reason != PATCH_REMOVED, "Kueue's admission erased distrun's patch"
+        [workload] = await workloads_of(admin, namespace)
+        admitted = [c for c in workload["status"]["conditions"] if c["type"] == "Admitted"]
+        assert [c["status"] for c in admitted] == ["True"], workload["status"]
+        for pod in pods:
+            [main] = [c for c in pod.spec.containers if c.name == "node"]
+            env = {var.name: var.value for var in main.env or []}
+            assert env.get("GREETING") == "hello", env
+            assert main.resources.requests["cpu"] == "1"
+            assert any(m.name == CODE_VOLUME for m in main.volume_mounts or []), main
+            assert any(v.name == CODE_VOLUME for v in pod.spec.volumes or []), pod.spec.volumes
+        for pod in pods:
+            await end_pod(admin, namespace, pod.metadata.name, "0")
+        done = await eventually(
+            lambda: engine.get_job(job.id, OWNER), lambda j: j.state.terminal, "the job to end"
+        )
+        assert done.state == JobState.SUCCEEDED, done.reason
         await engine.delete(job.id, OWNER)
     finally:
         await engine.close()
+
+
+async def workloads_of(api: Any, namespace: str) -> list[Any]:
+    custom = client.CustomObjectsApi(api)
+    listed = await custom.list_namespaced_custom_object(
+        WORKLOADS.group, WORKLOADS.version, namespace, WORKLOADS.plural
+    )
+    items: list[Any] = listed["items"]
+    return items
