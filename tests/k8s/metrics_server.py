@@ -17,8 +17,10 @@ import base64
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import kubernetes
+from kubernetes_asyncio import client
 
 from tests.server_process import free_port
 
@@ -26,6 +28,11 @@ from .cluster import STARTUP_TIMEOUT, KubeCluster, wait_for
 from .processes import Component, http_ok, unverified_loopback_context
 
 RESOLUTION_SECONDS = 10  # metrics-server's smallest --metric-resolution
+# Two scrapes (CPU is a rate between them), then distrun's own interval between listings.
+USAGE_WAIT = 4 * RESOLUTION_SECONDS + 30.0
+CPU_ANNOTATION = "kwok.distrun.test/usage-cpu"  # read by kwok-metrics.yaml
+MEMORY_ANNOTATION = "kwok.distrun.test/usage-memory"
+MIB, GIB = 2**20, 2**30
 API_SERVICE = "v1beta1.metrics.k8s.io"
 SERVICE = ("kube-system", "metrics-server")  # the name the serving certificate holds (pki.py)
 
@@ -120,3 +127,14 @@ def unregister(cluster: KubeCluster) -> None:
         kubernetes.client.ApiregistrationV1Api(cluster.admin).delete_api_service(API_SERVICE)
     with contextlib.suppress(kubernetes.client.ApiException):
         kubernetes.client.CoreV1Api(cluster.admin).delete_namespaced_service(name, namespace)
+
+
+async def annotate(api: Any, namespace: str, pod: Any, annotations: dict[str, str]) -> None:
+    body = {"metadata": {"annotations": annotations}}
+    await client.CoreV1Api(api).patch_namespaced_pod(pod.metadata.name, namespace, body)
+
+
+async def use(api: Any, namespace: str, pod: Any, cpu: str, memory: str) -> None:
+    """kwok's simulated usage of the pod's containers from now on (`kubectl top`'s figures once
+    metrics-server has scraped it twice)."""
+    await annotate(api, namespace, pod, {CPU_ANNOTATION: cpu, MEMORY_ANNOTATION: memory})

@@ -23,6 +23,7 @@ from distrun.engines.kube.engine import KubeEngine
 from distrun.engines.kube.logs import read_ledger
 
 from .cluster import KWOK_LOGS, NODES, KubeCluster, PodLog
+from .waiting import eventually
 
 WAIT = 90.0  # seconds: generous, the machine may be loaded
 EXIT_ANNOTATION = "kwok.distrun.test/exit-code"
@@ -51,6 +52,17 @@ async def job_pods(api: Any, namespace: str, job_id: str) -> dict[str, Any]:
         index = labels.get("training.kubeflow.org/replica-index", "0")  # MPI's launcher: none
         pods[f"{role}-{index}"] = pod
     return pods
+
+
+async def running_pods(api: Any, namespace: str, job_id: str, count: int = 2) -> dict[str, Any]:
+    """The job's `count` pods by replica, once all run."""
+    return await eventually(
+        lambda: job_pods(api, namespace, job_id),
+        lambda found: (
+            len(found) == count and all(p.status.phase == "Running" for p in found.values())
+        ),
+        "the operator's pods to run",
+    )
 
 
 async def end_pods(

@@ -17,18 +17,13 @@ from distrun.core.spec import JobSpec
 from distrun.core.usage import UsageReport
 from distrun.engines.kube.kubeflow import KubeflowEngine
 
-from .metrics_server import RESOLUTION_SECONDS
-from .real_operator import EXIT_ANNOTATION, job_pods
+from .metrics_server import GIB, MIB, USAGE_WAIT, annotate, use
+from .real_operator import EXIT_ANNOTATION, running_pods
 from .waiting import eventually
 
 pytestmark = pytest.mark.kubernetes
 
-CPU_ANNOTATION = "kwok.distrun.test/usage-cpu"
-MEMORY_ANNOTATION = "kwok.distrun.test/usage-memory"
 REASON_ANNOTATION = "kwok.distrun.test/reason"
-# Two scrapes (CPU is a rate between them), then distrun's own interval between listings.
-USAGE_WAIT = 4 * RESOLUTION_SECONDS + 30.0
-MIB, GIB = 2**20, 2**30
 
 JOB = JobSpec.from_dict(
     {
@@ -40,24 +35,6 @@ JOB = JobSpec.from_dict(
         },
     }
 )
-
-
-async def running_pods(api: Any, namespace: str, job_id: str) -> dict[str, Any]:
-    return await eventually(
-        lambda: job_pods(api, namespace, job_id),
-        lambda found: len(found) == 2 and all(p.status.phase == "Running" for p in found.values()),
-        "the operator's pods to run",
-    )
-
-
-async def annotate(api: Any, namespace: str, pod: Any, annotations: dict[str, str]) -> None:
-    body = {"metadata": {"annotations": annotations}}
-    await client.CoreV1Api(api).patch_namespaced_pod(pod.metadata.name, namespace, body)
-
-
-async def use(api: Any, namespace: str, pod: Any, cpu: str, memory: str) -> None:
-    """kwok's simulated usage of the pod's container from now on."""
-    await annotate(api, namespace, pod, {CPU_ANNOTATION: cpu, MEMORY_ANNOTATION: memory})
 
 
 def has_replicas(*names: str) -> Any:
