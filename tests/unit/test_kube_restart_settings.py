@@ -242,3 +242,32 @@ def test_the_cell_and_the_command_line_name_the_checkpoint_claim() -> None:
     assert "%checkpointVolume=ckpt" in render_header(parsed.spec_fields)
     args = build_parser().parse_args(["run", "train.py", "--checkpoint-volume", "ckpt"])
     assert overrides_from_args(args) == {"checkpoint_volume": "ckpt"}
+
+
+# -- Resuming an earlier job's checkpoints -----------------------------------------------------
+
+
+@pytest.mark.parametrize("build", [volcano, kubeflow])
+def test_a_resumed_job_continues_the_earlier_jobs_checkpoint_directory(build: Any) -> None:
+    job = build(spec(roles=THREE, checkpoint_volume="ckpt", resume_from="train-xyz12"))
+    for container, _ in containers_and_volumes(job):
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["DISTRUN_CHECKPOINT_DIR"] == "/distrun/checkpoints/train-xyz12"
+        assert env["DISTRUN_JOB_ID"] == "train-abcde"
+
+
+@pytest.mark.parametrize("engine", [VolcanoEngine, KubeflowEngine, TrainerEngine])
+async def test_resuming_without_the_checkpoint_claim_is_refused_before_the_cluster(
+    engine: type[KubeEngine],
+) -> None:
+    refused = await refusal(engine, spec(resume_from="train-xyz12"))
+    assert refused.field == "resume_from"
+    assert "%checkpointVolume" in str(refused)
+
+
+def test_the_cell_and_the_command_line_name_the_job_to_resume() -> None:
+    parsed = parse_cell("%%distrun\n%framework=pytorch\n%resumeFrom=train-xyz12\nprint(1)\n")
+    assert parsed.spec_fields["resume_from"] == "train-xyz12"
+    assert "%resumeFrom=train-xyz12" in render_header(parsed.spec_fields)
+    args = build_parser().parse_args(["run", "train.py", "--resume-from", "train-xyz12"])
+    assert overrides_from_args(args) == {"resume_from": "train-xyz12"}

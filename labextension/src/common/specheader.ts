@@ -20,11 +20,18 @@ const SCALARS: ReadonlyArray<[field: string, key: string, fallback: unknown]> =
     ['roles', '', undefined],
     ['restart_policy', 'restartPolicy', 'Never'],
     ['backoff_limit', 'backoffLimit', 0],
+    ['restart', 'restart', null],
+    ['max_restarts', 'maxRestarts', null],
+    ['elastic', 'elastic', null],
+    ['checkpoint_volume', 'checkpointVolume', null],
+    ['resume_from', 'resumeFrom', null],
     ['active_deadline_seconds', 'deadline', null],
+    ['startup_timeout_seconds', 'startupTimeout', null],
     ['clean_pod_policy', 'cleanPolicy', 'Running'],
     ['ttl_seconds_after_finished', 'ttl', null],
     ['queue', 'queue', null],
-    ['priority_class', 'priorityClass', null]
+    ['priority_class', 'priorityClass', null],
+    ['gpu_fallback', 'gpuFallback', null]
   ];
 
 const RESOURCES = ['cpu', 'memory', 'gpu'] as const;

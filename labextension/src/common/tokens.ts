@@ -14,6 +14,7 @@ export namespace CommandIDs {
   export const refreshJobs = 'distrun:refresh-jobs';
   export const openLogs = 'distrun:open-logs';
   export const rerunJob = 'distrun:rerun-job';
+  export const resumeJob = 'distrun:resume-job';
   export const editRerunJob = 'distrun:edit-rerun-job';
   export const downloadLogs = 'distrun:download-logs';
   export const openTensorBoard = 'distrun:open-tensorboard';

@@ -276,6 +276,7 @@ export class LogViewer extends Panel {
         'distrun-viewer-tensorboard'
       ),
       this._commandButton(CommandIDs.rerunJob, 'distrun-viewer-rerun'),
+      this._commandButton(CommandIDs.resumeJob, 'distrun-viewer-resume'),
       this._commandButton(CommandIDs.editRerunJob, 'distrun-viewer-edit-rerun')
     );
     this._cancel.hidden = true;

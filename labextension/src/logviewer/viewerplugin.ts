@@ -130,6 +130,33 @@ function addCommands(
     }
   });
 
+  commands.addCommand(CommandIDs.resumeJob, {
+    label: trans.__('Run again, resuming'),
+    caption: args =>
+      trans.__(
+        "Submit the spec of %1 again, starting from its checkpoints (DISTRUN_CHECKPOINT_DIR begins with that job's)",
+        jobId(args)
+      ),
+    describedBy: JOB_ID_ARGS,
+    execute: async args => {
+      try {
+        const { submitSpec } = await import('../run/jobactions');
+        const job = await getJob(jobId(args));
+        await opened(
+          await submitSpec({
+            ...withoutTrialEnv(job.spec),
+            resume_from: job.id
+          })
+        );
+      } catch (error) {
+        void showErrorMessage(
+          trans.__('Cannot run the job again'),
+          error as Error
+        );
+      }
+    }
+  });
+
   commands.addCommand(CommandIDs.editRerunJob, {
     label: trans.__('Edit and run again…'),
     caption: args =>

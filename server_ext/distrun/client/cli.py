@@ -167,6 +167,9 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--checkpoint-volume", metavar="CLAIM", help="on a cluster: the claim for checkpoints"
     )
+    group.add_argument(
+        "--resume-from", metavar="JOB", help="start from the checkpoints of an earlier job of yours"
+    )
     group.add_argument("--deadline", type=_count, metavar="SECONDS")
     group.add_argument("--startup-timeout", type=_count, metavar="SECONDS")
     group.add_argument("--clean-pod-policy", help="None, Running or All")
@@ -288,6 +291,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
         overrides["elastic"] = args.elastic
     if args.checkpoint_volume is not None:
         overrides["checkpoint_volume"] = args.checkpoint_volume
+    if args.resume_from is not None:
+        overrides["resume_from"] = args.resume_from
     if args.deadline is not None:
         overrides["active_deadline_seconds"] = args.deadline
     if args.startup_timeout is not None:

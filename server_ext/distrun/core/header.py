@@ -45,6 +45,7 @@ from typing import Any, Literal, NoReturn
 from distrun.core.errors import LimitExceeded, SpecError
 from distrun.core.frameworks import FRAMEWORKS
 from distrun.core.gpus import GPU_FALLBACKS, GPU_MEMORY_RE, GPU_MEMORY_WRITE, GPU_WRITE, parse_gpu
+from distrun.core.jobids import JOB_ID_RE
 from distrun.core.quantities import QuantityError, check_cpu, check_memory
 from distrun.core.spec import (
     CLEAN_POD_POLICIES,
@@ -237,6 +238,7 @@ _SCALARS: dict[str, _Setting] = {
             "ckpt",
             _matching(NAMESPACE_RE, "a PersistentVolumeClaim name"),
         ),
+        _Setting("resumeFrom", "resume_from", "train-ab12c", _matching(JOB_ID_RE, "a job id")),
         _Setting("deadline", "active_deadline_seconds", "600", _duration),
         _Setting("startupTimeout", "startup_timeout_seconds", "300", _duration),
         _Setting("cleanPolicy", "clean_pod_policy", "all", _choice(CLEAN_POD_POLICIES)),
@@ -962,6 +964,7 @@ _RENDER_ORDER = (
     "max_restarts",
     "elastic",
     "checkpoint_volume",
+    "resume_from",
     "active_deadline_seconds",
     "startup_timeout_seconds",
     "clean_pod_policy",

@@ -14,7 +14,7 @@ from distrun.core.errors import NotFound
 MAX_JOB_ID_LENGTH = 40
 SUFFIX_LENGTH = 5
 _SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
-_JOB_ID_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?\Z")
+JOB_ID_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?\Z")
 _NOT_LABEL_CHARS_RE = re.compile(r"[^a-z0-9]+")
 
 
@@ -26,7 +26,7 @@ def new_job_id(name: str) -> str:
 
 def check_job_id(job_id: object) -> str:
     """`job_id` itself if it is a valid id; NotFound (never a hint of why) otherwise."""
-    if not isinstance(job_id, str) or not _JOB_ID_RE.match(job_id):
+    if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
         raise NotFound(f"no job {str(job_id)[:80]!r}")
     return job_id
 

@@ -21,6 +21,7 @@ from distrun.core.gpus import (
     parse_gpu_fallback,
     parse_gpu_memory,
 )
+from distrun.core.jobids import JOB_ID_RE
 from distrun.core.quantities import (
     CPU_WRITE,
     MEMORY_WRITE,
@@ -98,6 +99,10 @@ class JobSpec:
     # checkpoint directory (DISTRUN_CHECKPOINT_DIR, one directory per job in it). The local
     # engine keeps checkpoints under the job's state whatever it says.
     checkpoint_volume: str | None = None
+    # An earlier job of the same owner on the same engine whose checkpoints this one starts
+    # from ("Run again, resuming"): copied into its own directory locally, its directory on
+    # the checkpoint volume continued on a cluster (docs/fault-tolerance.md).
+    resume_from: str | None = None
     active_deadline_seconds: int | None = None
     # A replica that writes no output within this many seconds of starting is killed as hung
     # at start-up (then the restart policy applies). None: no such check.
@@ -174,6 +179,7 @@ def parse_spec(data: Any, limits: Limits) -> JobSpec:
         checkpoint_volume=_optional_match(
             data, "checkpoint_volume", NAMESPACE_RE, "a PersistentVolumeClaim name like ckpt"
         ),
+        resume_from=_optional_match(data, "resume_from", JOB_ID_RE, "a job id like train-ab12c"),
         active_deadline_seconds=_optional_int(data, "active_deadline_seconds", 1, 30 * 86400),
         startup_timeout_seconds=_optional_int(data, "startup_timeout_seconds", 1, 86400),
         clean_pod_policy=_choice(data, "clean_pod_policy", CLEAN_POD_POLICIES, "Running"),

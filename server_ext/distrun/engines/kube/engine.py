@@ -320,6 +320,7 @@ class KubeEngine:
 
     async def submit(self, spec: JobSpec, owner: str) -> Job:
         self.check_fault_tolerance(spec)
+        await self._check_resume_from(spec, owner)
         api = await self.api()
         namespace = self._namespace(spec, owner)
         await self._check_unfinished(api, namespace, owner)
@@ -337,6 +338,25 @@ class KubeEngine:
             raise EngineError("could not find a free job id; try again")
         await self._create_configmap(api, created, code)
         return describe(self.name, created, spec, {}, self.phase(created))
+
+    async def _check_resume_from(self, spec: JobSpec, owner: str) -> None:
+        """A job resumes only one of its owner's, from the checkpoint volume they share."""
+        if spec.resume_from is None:
+            return
+        if spec.checkpoint_volume is None:
+            raise SpecError(
+                "resume_from needs the earlier job's checkpoint volume on a Kubernetes "
+                "engine: add %checkpointVolume=<its PersistentVolumeClaim>",
+                field="resume_from",
+            )
+        try:
+            await self.get_job(spec.resume_from, owner)
+        except NotFound:
+            raise SpecError(
+                f"resume_from: you have no job {spec.resume_from!r} on the {self.name} engine "
+                "to resume from (distrun list shows your jobs)",
+                field="resume_from",
+            ) from None
 
     async def list_jobs(self, owner: str) -> list[Job]:
         api = await self.api()

@@ -54,6 +54,7 @@ from distrun.engines.local.log_followers import LIVE_EDGE_LINES, Follower, close
 from distrun.engines.local.logstore import LogReader, partial_path, read_partial
 from distrun.engines.local.private_files import make_private_dir, write_private
 from distrun.engines.local.processes import kill_job_processes, process_start_time, start_clock
+from distrun.engines.local.resume import copy_checkpoints
 from distrun.engines.local.scalars import read_scalars
 from distrun.engines.local.usage_store import UsageTail
 from distrun.engines.local.waiting_interpreters import supported as interpreters_supported
@@ -227,8 +228,15 @@ class LocalEngine:
                     f"you have {mine} unfinished jobs, the limit is "
                     f"{self.limits.max_jobs_per_user}; cancel or wait for one first"
                 )
+            earlier = await asyncio.to_thread(self._resumed_checkpoints, spec, owner)
             grants = await asyncio.to_thread(self._gpu_grants, spec, _held_grants(unfinished))
             files = await asyncio.to_thread(self._create_job_dir, spec, owner, grants)
+        if earlier is not None:
+            try:
+                await asyncio.to_thread(copy_checkpoints, earlier, files.checkpoints)
+            except SpecError:
+                await asyncio.to_thread(shutil.rmtree, files.dir, True)
+                raise
         replicas = len(spec.replica_names())
         self._interpreters_next = min(self.waiting_interpreters, replicas)
         await asyncio.to_thread(self._launch, files)
@@ -383,6 +391,21 @@ class LocalEngine:
         self._inotify_handlers.clear()
 
     # --- the job directory ---
+
+    def _resumed_checkpoints(self, spec: JobSpec, owner: str) -> Path | None:
+        """The checkpoint directory of the job `spec` resumes from (one of `owner`'s)."""
+        if spec.resume_from is None:
+            return None
+        files = self._files(spec.resume_from)
+        try:
+            self._read_job_json(files, owner)
+        except NotFound:
+            raise SpecError(
+                f"resume_from: you have no job {spec.resume_from!r} on the local engine to "
+                "resume from (distrun list shows your jobs)",
+                field="resume_from",
+            ) from None
+        return files.checkpoints
 
     def _files(self, job_id: str) -> JobFiles:
         return JobFiles(self._jobs_dir / jobids.check_job_id(job_id))

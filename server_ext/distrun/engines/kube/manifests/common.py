@@ -150,8 +150,9 @@ def base_env(spec: JobSpec, job_id: str) -> dict[str, str]:
     env["DISTRUN_JOB_ID"] = job_id
     if spec.checkpoint_volume is not None:
         # The job's own directory in the claim (distrun.checkpoint.save creates it), the same
-        # for every attempt, as the local engine's.
-        env[CHECKPOINT_DIR_ENV] = f"{CHECKPOINTS_DIR}/{job_id}"
+        # for every attempt, as the local engine's; a job resuming an earlier one continues
+        # that one's directory (copying it would need a pod of its own before the replicas).
+        env[CHECKPOINT_DIR_ENV] = f"{CHECKPOINTS_DIR}/{spec.resume_from or job_id}"
     return env
 
 
