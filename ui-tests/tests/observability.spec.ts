@@ -37,15 +37,18 @@ const SUMMARY_WRITER = [
   'print("written", flush=True)'
 ].join('\n');
 
-// Every replica fails on the first run of the job (DISTRUN_RESTART 0), and succeeds on the next.
+// Every replica fails on the first run of the job (DISTRUN_RESTART 0), and succeeds on the next,
+// saving a checkpoint of step 5; a job that resumes from it says where it started.
 const FAILS_ONCE = [
   '%framework=generic',
   '%worker=2',
   '%restart=job',
   '%maxRestarts=2',
   'import os, sys',
+  'from distrun import checkpoint',
   'if os.environ["DISTRUN_RESTART"] == "0": sys.exit(3)',
-  'print("second run", flush=True)'
+  'print("starts at", (checkpoint.load() or {"step": 0})["step"], flush=True)',
+  'checkpoint.save({"step": 5}, step=5)'
 ].join('\n');
 
 test.describe('Seeing what replicas do', () => {
@@ -198,5 +201,22 @@ test.describe('Seeing what replicas do', () => {
     ]);
     await expect(events.nth(2)).toContainText(/worker-\d .*exit code 3/);
     await expect(events.nth(4)).toContainText('attempt 2');
+
+    // Run again, resuming: a new job whose checkpoints start as this one's ended.
+    await viewer.locator('[data-test-id="distrun-viewer-resume"]').click();
+    const resumed = page.locator(
+      `.jp-MainAreaWidget [data-test-id="distrun-viewer"]:not([data-job-id="${jobId}"])`
+    );
+    await expect(resumed).toBeVisible({ timeout: 30_000 });
+    await expect(
+      resumed.locator('[data-test-id="distrun-viewer-status"]')
+    ).toHaveAttribute('data-state', 'succeeded', { timeout: 90_000 });
+    await expect(
+      resumed.locator('[data-test-id="distrun-viewer-log"]')
+    ).toContainText('starts at 5');
+    await resumed.locator('[data-test-id="distrun-viewer-tab-spec"]').click();
+    await expect(
+      resumed.locator('[data-test-id="distrun-viewer-spec"]')
+    ).toContainText(`%resumeFrom=${jobId}`);
   });
 });

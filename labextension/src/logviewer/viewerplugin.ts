@@ -131,10 +131,10 @@ function addCommands(
   });
 
   commands.addCommand(CommandIDs.resumeJob, {
-    label: trans.__('Run again, resuming'),
+    label: trans.__('Resume'),
     caption: args =>
       trans.__(
-        "Submit the spec of %1 again, starting from its checkpoints (DISTRUN_CHECKPOINT_DIR begins with that job's)",
+        "Run %1 again, resuming: a new job whose DISTRUN_CHECKPOINT_DIR starts with this job's checkpoints",
         jobId(args)
       ),
     describedBy: JOB_ID_ARGS,
