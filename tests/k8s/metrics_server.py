@@ -3,12 +3,14 @@
 
 kube-apiserver runs with its aggregation layer on (`KubeCluster.aggregation_flags`); this
 registers the `v1beta1.metrics.k8s.io` APIService on a Service of type ExternalName naming
-127.0.0.1 (there is no kube-proxy; the aggregator dials an ExternalName itself), and runs metrics-server as kwokctl runs it on a host: it reads each node's
-`daemonEndpoints` port (kwok's) and the `metrics.k8s.io/resource-metrics-path` annotation, where
-kwok's Metric (kwok-metrics.yaml) serves the usage its ClusterResourceUsage gives each pod.
+127.0.0.1 (there is no kube-proxy; the aggregator dials an ExternalName itself), and runs
+metrics-server as kwokctl runs it on a host: it reads each node's `daemonEndpoints` port
+(kwok's) and the `metrics.k8s.io/resource-metrics-path` annotation, where kwok's Metric
+(kwok-metrics.yaml) serves the usage its ClusterResourceUsage gives each pod.
 
-metrics-server reports a pod once two scrapes have it (CPU is a rate between them), so a pod's
-PodMetrics appear one to two resolutions after kwok gives it usage.
+metrics-server reports a pod once two scrapes have it with CPU time and memory (CPU is a rate
+between them; kwok's first answer for a container has no CPU time yet), so a pod's PodMetrics
+appear two to three resolutions after kwok gives it usage.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from .cluster import STARTUP_TIMEOUT, KubeCluster, wait_for
 from .processes import Component, http_ok, unverified_loopback_context
 
 RESOLUTION_SECONDS = 10  # metrics-server's smallest --metric-resolution
-# Two scrapes (CPU is a rate between them), then distrun's own interval between listings.
-USAGE_WAIT = 4 * RESOLUTION_SECONDS + 30.0
+# Up to three scrapes (see above), then distrun's own 15 s between listings: a bound, with room.
+USAGE_WAIT = 6 * RESOLUTION_SECONDS + 30.0
 CPU_ANNOTATION = "kwok.distrun.test/usage-cpu"  # read by kwok-metrics.yaml
 MEMORY_ANNOTATION = "kwok.distrun.test/usage-memory"
 MIB, GIB = 2**20, 2**30

@@ -50,8 +50,8 @@ async def test_usage_over_rest_and_the_v3_stream_is_what_metrics_server_serves(
     replicas = usage["samples"][-1]["replicas"]
     assert replicas["master-0"]["rss_bytes"] == GIB
     assert replicas["worker-0"]["rss_bytes"] == 256 * MIB
-    assert replicas["master-0"]["cpu_percent"] == pytest.approx(200.0, abs=2.0)
-    assert replicas["worker-0"]["cpu_percent"] == pytest.approx(50.0, abs=0.5)
+    assert replicas["master-0"]["cpu_percent"] == pytest.approx(200.0, rel=0.05)
+    assert replicas["worker-0"]["cpu_percent"] == pytest.approx(50.0, rel=0.05)
     status, _ = await other.call("bob", "distrun", "jobs", job["id"], "usage")
     assert status == 404
 
