@@ -14,10 +14,11 @@ const FAILING = [
   'raise ValueError(f"bad batch {batch}")'
 ].join('\n');
 
-// One-line loop: the editor auto-indents typed lines. 16 MiB more every 0.2 s for 8 s.
+// One-line loop: the editor auto-indents typed lines. 16 MiB more every 0.2 s for 8 s, under a
+// requested limit of 2 GiB, drawn on the memory chart.
 const GROWING = [
   '%framework=generic',
-  '%worker=1',
+  '%worker=1;%memory=2Gi',
   'import time',
   'kept = []',
   'for i in range(40): kept.append(bytearray(16 << 20)); print("step", i, flush=True); time.sleep(0.2)'
@@ -130,6 +131,11 @@ test.describe('Seeing what replicas do', () => {
     await expect
       .poll(() => points.count(), { timeout: 30_000 })
       .toBeGreaterThanOrEqual(3);
+    await expect(
+      viewer.locator(
+        '[data-test-id="distrun-viewer-usage-chart"] .jp-distrun-Chart-limit'
+      )
+    ).toHaveAttribute('data-limit', 'worker limit');
     await expect(
       job.locator('[data-test-id="distrun-job-status"]')
     ).toHaveAttribute('data-state', 'succeeded', { timeout: 60_000 });

@@ -115,11 +115,19 @@ export function polylinePoints(
   return parts.join(' ');
 }
 
+/** A horizontal line at `y` across the chart (a requested limit), labelled at its right end. */
+export interface IChartLimit {
+  label: string;
+  y: number;
+}
+
 export interface IChartOptions {
   width: number;
   height: number;
   xLabel: string;
   yLabel: string;
+  /** Drawn dashed, within the y axis' range. */
+  limits?: readonly IChartLimit[];
 }
 
 /** Draws the series into `svg`, replacing whatever it held. */
@@ -134,7 +142,11 @@ export function renderChart(
   svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
   svg.replaceChildren();
   const xExtent = extentOf(series.map(s => s.xs));
-  const yExtent = extentOf(series.map(s => s.ys));
+  const limits = options.limits ?? [];
+  const yExtent = extentOf([
+    ...series.map(s => s.ys),
+    limits.map(limit => limit.y)
+  ]);
   if (!xExtent || !yExtent) {
     return;
   }
@@ -215,6 +227,9 @@ export function renderChart(
     })
   );
   svg.append(grid);
+  for (const limit of limits) {
+    svg.append(limitLine(limit, y(limit.y), left, right));
+  }
 
   for (const one of series) {
     const group = element('g', {
@@ -265,4 +280,30 @@ function text(
   const node = element('text', attributes);
   node.textContent = content;
   return node;
+}
+
+function limitLine(
+  limit: IChartLimit,
+  py: number,
+  left: number,
+  right: number
+): SVGElement {
+  const group = element('g', {
+    class: 'jp-distrun-Chart-limit',
+    'data-limit': limit.label
+  });
+  group.append(
+    element('line', {
+      x1: left,
+      x2: right,
+      y1: py.toFixed(1),
+      y2: py.toFixed(1)
+    }),
+    text(limit.label, {
+      x: right - 4,
+      y: (py - 4).toFixed(1),
+      'text-anchor': 'end'
+    })
+  );
+  return group;
 }

@@ -9,6 +9,32 @@ import { ITrans } from './trans';
 const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
 
 /** Bytes for people, in binary units, as the CLI writes them: 3.9 GiB, 200.3 MiB, 100 B. */
+const QUANTITY_RE = /^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$/;
+const QUANTITY_FACTORS: Record<string, number> = {
+  '': 1,
+  k: 1e3,
+  M: 1e6,
+  G: 1e9,
+  T: 1e12,
+  P: 1e15,
+  E: 1e18,
+  Ki: 2 ** 10,
+  Mi: 2 ** 20,
+  Gi: 2 ** 30,
+  Ti: 2 ** 40,
+  Pi: 2 ** 50,
+  Ei: 2 ** 60
+};
+
+/** Bytes of a Kubernetes memory quantity as a role's `%memory` holds it (`2Gi`, `500M`,
+ * `1048576`); null for a form this does not read (the server has checked it already). */
+export function memoryBytes(
+  quantity: string | null | undefined
+): number | null {
+  const match = QUANTITY_RE.exec((quantity ?? '').trim());
+  return match ? Number(match[1]) * QUANTITY_FACTORS[match[2] ?? ''] : null;
+}
+
 export function formatBytes(count: number): string {
   let value = count;
   let unit = 0;

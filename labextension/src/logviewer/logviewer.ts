@@ -500,6 +500,7 @@ export class LogViewer extends Panel {
     );
     this._updateChips();
     this._updateSpec(job);
+    this._usageStore.setSpec(job.spec);
     this._timeline.setJob(job);
   }
 

@@ -6,7 +6,7 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
 
-import { IChartSeries } from '../common/chart';
+import { IChartLimit, IChartSeries } from '../common/chart';
 import { MetricChart } from '../common/metricchart';
 import { replicaColorIndex } from '../common/colors';
 import { MetricSeries } from './metrics';
@@ -20,6 +20,8 @@ export interface IMeasureSource {
   readonly version: number;
   metrics(): string[];
   series(metric: string): MetricSeries[];
+  /** Lines to draw across the measure's chart (the requested limits), if any. */
+  limits?(metric: string): IChartLimit[];
 }
 
 /** How a panel differs: its note while empty, its test ids, the measures it prefers. */
@@ -123,7 +125,8 @@ export class MetricsPanel extends Widget {
         xLabel:
           this._options.xLabel ??
           (byStep ? this._trans.__('step') : this._trans.__('log line')),
-        yLabel: chosen
+        yLabel: chosen,
+        limits: chosen ? (this._store.limits?.(chosen) ?? []) : []
       },
       this._trans.__('%1 per replica', chosen)
     );

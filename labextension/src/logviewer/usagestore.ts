@@ -4,8 +4,10 @@
  * replica, over seconds since the first sample.
  */
 
-import { IUsageSample } from '../common/model';
+import { IChartLimit } from '../common/chart';
+import { IJobSpec, IUsageSample } from '../common/model';
 import { ITrans } from '../common/trans';
+import { memoryBytes } from '../common/usage';
 import { DEFAULT_MAX_POINTS, MetricSeries } from './metrics';
 import { IMeasureSource } from './metricspanel';
 
@@ -13,13 +15,13 @@ const MiB = 1024 * 1024;
 
 export class UsageStore implements IMeasureSource {
   constructor(
-    trans: ITrans,
+    private readonly _trans: ITrans,
     readonly maxPoints: number = DEFAULT_MAX_POINTS
   ) {
     this._names = {
-      cpu: trans.__('CPU (%, 100 = one core)'),
-      memory: trans.__('memory (MiB, resident)'),
-      gpu: trans.__('GPU (%, the busiest it holds)')
+      cpu: _trans.__('CPU (%, 100 = one core)'),
+      memory: _trans.__('memory (MiB, resident)'),
+      gpu: _trans.__('GPU (%, the busiest it holds)')
     };
   }
 
@@ -56,6 +58,31 @@ export class UsageStore implements IMeasureSource {
     return [...(this._byMeasure.get(measure)?.values() ?? [])];
   }
 
+  /** The requested limits the spec set: each role's `%memory` on the memory chart. */
+  limits(measure: string): IChartLimit[] {
+    return measure === this._names.memory ? this._memoryLimits : [];
+  }
+
+  /** Reads the limits from the job's spec (the same spec every time: read once). */
+  setSpec(spec: IJobSpec): void {
+    if (this._spec === spec) {
+      return;
+    }
+    this._spec = spec;
+    const limits: IChartLimit[] = [];
+    for (const [role, roleSpec] of Object.entries(spec.roles ?? {})) {
+      const bytes = memoryBytes(roleSpec.resources?.memory);
+      if (bytes !== null) {
+        limits.push({
+          label: this._trans.__('%1 limit', role),
+          y: bytes / MiB
+        });
+      }
+    }
+    this._memoryLimits = limits;
+    this._version++;
+  }
+
   /** The measure shown first. */
   get preferred(): string[] {
     return [this._names.cpu];
@@ -78,5 +105,7 @@ export class UsageStore implements IMeasureSource {
   private readonly _names: { cpu: string; memory: string; gpu: string };
   private readonly _byMeasure = new Map<string, Map<string, MetricSeries>>();
   private _start: number | undefined;
+  private _spec: IJobSpec | null = null;
+  private _memoryLimits: IChartLimit[] = [];
   private _version = 0;
 }

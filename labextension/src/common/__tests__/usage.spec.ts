@@ -3,7 +3,7 @@
  */
 import { IUsageSample } from '../model';
 import { ITrans } from '../trans';
-import { formatBytes, gauges, UsageGauges } from '../usage';
+import { formatBytes, gauges, memoryBytes, UsageGauges } from '../usage';
 
 const GiB = 1024 ** 3;
 
@@ -99,5 +99,21 @@ describe('UsageGauges', () => {
       ...shown.node.querySelectorAll<HTMLElement>('.jp-distrun-usage-fill')
     ];
     expect(fills.map(fill => fill.style.width)).toEqual(['100%', '0.2%']);
+  });
+});
+
+describe('memoryBytes', () => {
+  it('reads the memory quantities a role may ask for', () => {
+    expect(memoryBytes('2Gi')).toBe(2 * 2 ** 30);
+    expect(memoryBytes('500M')).toBe(500e6);
+    expect(memoryBytes('1.5Gi')).toBe(1.5 * 2 ** 30);
+    expect(memoryBytes('1048576')).toBe(1048576);
+    expect(memoryBytes(' 64Mi ')).toBe(64 * 2 ** 20);
+  });
+
+  it('gives null for no quantity or one it does not read', () => {
+    for (const text of [null, undefined, '', 'lots', '2 GB', '-1Gi', '1e9']) {
+      expect(memoryBytes(text)).toBeNull();
+    }
   });
 });

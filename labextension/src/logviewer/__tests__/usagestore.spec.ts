@@ -53,4 +53,23 @@ describe('UsageStore', () => {
     store.add([{ seq: 0, time: 1, replicas: { 'worker-0': usage(1, 1) } }]);
     expect(store.version).toBe(before + 1);
   });
+
+  it("draws each role's requested memory on the memory chart only", () => {
+    const store = new UsageStore(trans);
+    const before = store.version;
+    store.setSpec({
+      framework: 'pytorch',
+      roles: {
+        master: { replicas: 1, resources: { memory: '2Gi' } },
+        worker: { replicas: 2, resources: { memory: '500M', cpu: '1' } },
+        evaluator: { replicas: 1 }
+      }
+    });
+    expect(store.version).toBeGreaterThan(before);
+    expect(store.limits('memory (MiB, resident)')).toEqual([
+      { label: '%1 limit', y: 2048 },
+      { label: '%1 limit', y: 500e6 / MiB }
+    ]);
+    expect(store.limits('CPU (%, 100 = one core)')).toEqual([]);
+  });
 });
