@@ -66,10 +66,9 @@ describe('UsageStore', () => {
       }
     });
     expect(store.version).toBeGreaterThan(before);
-    expect(store.limits('memory (MiB, resident)')).toEqual([
-      { label: '%1 limit', y: 2048 },
-      { label: '%1 limit', y: 500e6 / MiB }
-    ]);
+    const limits = store.limits('memory (MiB, resident)');
+    expect(limits.map(limit => limit.y)).toEqual([2048, 500e6 / MiB]);
+    expect(limits.map(limit => limit.label)).toEqual(['%1 limit', '%1 limit']);
     expect(store.limits('CPU (%, 100 = one core)')).toEqual([]);
   });
 });
