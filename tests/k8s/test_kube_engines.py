@@ -309,8 +309,8 @@ async def test_on_failure_restarts_in_place_as_often_as_asked_and_the_record_kee
     )
     fresh = KubeflowEngine(api_client=kube_admin, namespace=operator_namespace)
     try:
-        for engine in (operated, fresh):
-            failed = await engine.get_job(job.id, "alice")
+        [listed] = [j for j in await fresh.list_jobs("alice") if j.id == job.id]
+        for failed in [listed] + [await e.get_job(job.id, "alice") for e in (operated, fresh)]:
             assert attempts == 3 and failed.state == JobState.FAILED  # the local engine's
             assert [r.restarts for r in failed.replicas] == [0, 2], failed.replicas
             assert failed.reason == "worker-0 failed: exit code 1"

@@ -72,8 +72,15 @@ from distrun.engines.kube.manifests.common import (
 )
 from distrun.engines.kube.manifests.configmap import CodeBundle
 from distrun.engines.kube.pod_usage import POD_METRICS, PodUsage
-from distrun.engines.kube.restart_ledger import RestartBook, attempt_words, blame, observe
+from distrun.engines.kube.restart_ledger import (
+    RESTARTS_ANNOTATION,
+    RestartBook,
+    attempt_words,
+    blame,
+    observe,
+)
 from distrun.engines.kube.restart_ledger import apply as apply_restarts
+from distrun.engines.kube.restart_ledger import read_book as read_restarts
 from distrun.engines.protocol import EngineInfo
 
 log = logging.getLogger(__name__)
@@ -364,6 +371,7 @@ class KubeEngine:
         selector = owner_selector(owner)
         objects = await self._list_objects(api, namespace, selector)
         pods = await api.list(PODS, namespace, selector, "list the jobs' pods")
+        books = await self._restart_books(api, namespace, selector)
         by_job: dict[str, list[Obj]] = {}
         for pod in pods.get("items", []):
             instance = pod["metadata"].get("labels", {}).get(LABEL_INSTANCE, "")
@@ -377,9 +385,24 @@ class KubeEngine:
             except Conflict as error:
                 jobs.append(unreadable_job(self.name, obj, error))
                 continue
-            replicas = self.replica_pods(by_job.get(obj["metadata"]["name"], []), spec)
-            jobs.append(self.describe_job(obj, spec, replicas))
+            name = obj["metadata"]["name"]
+            replicas = self.replica_pods(by_job.get(name, []), spec)
+            jobs.append(self.describe_job(obj, spec, replicas, books.get(name)))
         return sorted(jobs, key=lambda job: job.created_at, reverse=True)
+
+    async def _restart_books(
+        self, api: KubeApi, namespace: str, selector: str
+    ) -> dict[str, RestartBook]:
+        """The restart ledgers of the jobs `selector` picks, by job: one list of their code
+        ConfigMaps' metadata (the ledger is an annotation), read only, never written here."""
+        maps = await api.list_metadata(CONFIGMAPS, namespace, selector, "read restart ledgers")
+        books = {}
+        for item in maps.get("items") or []:  # null when none
+            meta = item.get("metadata") or {}
+            raw = (meta.get("annotations") or {}).get(RESTARTS_ANNOTATION)
+            if raw:
+                books[str(meta.get("name"))] = read_restarts(raw)
+        return books
 
     async def get_job(self, job_id: str, owner: str) -> Job:
         api = await self.api()
