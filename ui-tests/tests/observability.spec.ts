@@ -38,6 +38,16 @@ const SUMMARY_WRITER = [
   'print("written", flush=True)'
 ].join('\n');
 
+// 175 MiB held (bytes written, so resident) for 20 s under a 200 MiB limit: past 90 % of it.
+const NEAR_LIMIT = [
+  '%framework=generic',
+  '%worker=1;%memory=200Mi',
+  'import time',
+  'held = b"x" * (175 << 20)',
+  'print("holding", flush=True)',
+  'time.sleep(20)'
+].join('\n');
+
 // Every replica fails on the first run of the job (DISTRUN_RESTART 0), and succeeds on the next,
 // saving a checkpoint of step 5; a job that resumes from it says where it started.
 const FAILS_ONCE = [
@@ -139,6 +149,19 @@ test.describe('Seeing what replicas do', () => {
     await expect(
       job.locator('[data-test-id="distrun-job-status"]')
     ).toHaveAttribute('data-state', 'succeeded', { timeout: 60_000 });
+  });
+
+  test('a replica near its memory limit is marked in the cell', async ({
+    page
+  }) => {
+    await runFirstCell(page, NEAR_LIMIT);
+    const gauge = firstCellJob(page).locator(
+      '[data-test-id="distrun-job-usage"] .jp-distrun-usage-gauge[data-replica="worker-0"]'
+    );
+    await expect(gauge).toHaveAttribute('data-warning', 'memory', {
+      timeout: 60_000
+    });
+    await expect(gauge).toContainText('of 200 MiB');
   });
 
   test("a real SummaryWriter's scalars are plotted in the Metrics tab", async ({

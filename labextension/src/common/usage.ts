@@ -3,7 +3,7 @@
  * status area: one per replica in job order, updated as `usage` messages come.
  */
 
-import { IUsageSample } from './model';
+import { IJobSpec, IUsageSample } from './model';
 import { ITrans } from './trans';
 
 const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
@@ -50,18 +50,48 @@ export function formatBytes(count: number): string {
   return `${value.toFixed(digits)} ${UNITS[unit]}`;
 }
 
+/** A replica this close to its role's memory limit is marked. */
+export const NEAR_LIMIT = 0.9;
+/** A GPU at most this busy is idle, while another replica's at least BUSY_GPU_PERCENT is. */
+export const IDLE_GPU_PERCENT = 5;
+export const BUSY_GPU_PERCENT = 50;
+
+/** Why a gauge is marked: near its memory limit, or its GPU idle while another is busy. */
+export type GaugeWarning = 'memory' | 'gpu-idle' | null;
+
 /** One replica's gauge: its newest figures, or null where the newest sample lacks it. */
 export interface IGauge {
   replica: string;
   cpuPercent: number | null;
   rssBytes: number | null;
   gpuPercent: number | null;
+  /** Its role's requested memory (`%memory`), in bytes. */
+  limitBytes: number | null;
+  warning: GaugeWarning;
 }
 
-/** Each of `replicas` as the newest of `samples` shows it. */
-export function gauges(replicas: string[], samples: IUsageSample[]): IGauge[] {
+/** Each role's requested memory in bytes, where the spec sets one. */
+export function roleMemoryLimits(
+  spec: IJobSpec | null
+): Record<string, number> {
+  const limits: Record<string, number> = {};
+  for (const [role, roleSpec] of Object.entries(spec?.roles ?? {})) {
+    const bytes = memoryBytes(roleSpec.resources?.memory);
+    if (bytes !== null) {
+      limits[role] = bytes;
+    }
+  }
+  return limits;
+}
+
+/** Each of `replicas` as the newest of `samples` shows it, marked where it needs a look. */
+export function gauges(
+  replicas: string[],
+  samples: IUsageSample[],
+  roleLimits: Record<string, number> = {}
+): IGauge[] {
   const newest = samples.length ? samples[samples.length - 1].replicas : {};
-  return replicas.map(replica => {
+  const shown = replicas.map(replica => {
     const usage = newest[replica];
     const busy = (usage?.gpus ?? [])
       .map(gpu => gpu.utilization_percent)
@@ -70,9 +100,28 @@ export function gauges(replicas: string[], samples: IUsageSample[]): IGauge[] {
       replica,
       cpuPercent: usage ? usage.cpu_percent : null,
       rssBytes: usage ? usage.rss_bytes : null,
-      gpuPercent: busy.length ? Math.max(...busy) : null
+      gpuPercent: busy.length ? Math.max(...busy) : null,
+      limitBytes: roleLimits[replica.replace(/-\d+$/, '')] ?? null,
+      warning: null as GaugeWarning
     };
   });
+  const busiestGpu = Math.max(-1, ...shown.map(g => g.gpuPercent ?? -1));
+  for (const gauge of shown) {
+    if (
+      gauge.rssBytes !== null &&
+      gauge.limitBytes !== null &&
+      gauge.rssBytes >= NEAR_LIMIT * gauge.limitBytes
+    ) {
+      gauge.warning = 'memory';
+    } else if (
+      gauge.gpuPercent !== null &&
+      gauge.gpuPercent <= IDLE_GPU_PERCENT &&
+      busiestGpu >= BUSY_GPU_PERCENT
+    ) {
+      gauge.warning = 'gpu-idle';
+    }
+  }
+  return shown;
 }
 
 export class UsageGauges {
@@ -84,14 +133,20 @@ export class UsageGauges {
 
   readonly node = document.createElement('div');
 
-  /** Shows the newest figures of `replicas` (job order); hidden until a sample comes. */
-  update(replicas: string[], samples: IUsageSample[]): void {
+  /** Shows the newest figures of `replicas` (job order) against the limits of `spec`;
+   * hidden until a sample comes. */
+  update(
+    replicas: string[],
+    samples: IUsageSample[],
+    spec: IJobSpec | null = null
+  ): void {
     if (!samples.length) {
       return;
     }
     this.node.hidden = false;
+    const limits = roleMemoryLimits(spec);
     this.node.replaceChildren(
-      ...gauges(replicas, samples).map(gauge => this._gauge(gauge))
+      ...gauges(replicas, samples, limits).map(gauge => this._gauge(gauge))
     );
   }
 
@@ -106,9 +161,12 @@ export class UsageGauges {
     const cpu = gauge.cpuPercent ?? 0;
     fill.style.width = `${Math.min(100, Math.max(0, cpu))}%`;
     bar.append(fill);
+    const memory = gauge.rssBytes === null ? '–' : formatBytes(gauge.rssBytes);
     const parts = [
       gauge.cpuPercent === null ? '–' : `${Math.round(gauge.cpuPercent)}%`,
-      gauge.rssBytes === null ? '–' : formatBytes(gauge.rssBytes)
+      gauge.limitBytes === null
+        ? memory
+        : this._trans.__('%1 of %2', memory, formatBytes(gauge.limitBytes))
     ];
     if (gauge.gpuPercent !== null) {
       parts.push(this._trans.__('GPU %1%', Math.round(gauge.gpuPercent)));
@@ -120,6 +178,16 @@ export class UsageGauges {
       '%1: CPU of its processes (100 is one core), resident memory',
       gauge.replica
     );
+    if (gauge.warning !== null) {
+      item.dataset.warning = gauge.warning;
+      item.title +=
+        '\n' +
+        (gauge.warning === 'memory'
+          ? this._trans.__(
+              'near its memory limit: it is killed if it goes over'
+            )
+          : this._trans.__("its GPU is idle while another replica's is busy"));
+    }
     item.append(bar, text);
     return item;
   }

@@ -17,7 +17,7 @@ import { ITrans } from '../common/trans';
 import { UnfinishedLines } from '../common/unfinished';
 import { EndAfterLines } from '../common/endstatus';
 import { LogBuffer } from '../common/logbuffer';
-import { IJob, isTerminal, LogTuple } from '../common/model';
+import { IJob, IJobSpec, isTerminal, LogTuple } from '../common/model';
 import { connectJobStream, JobStream } from '../common/stream';
 import { appendFrameLine } from '../common/sourceframes';
 import { renderTracebacks } from '../common/tracebacks';
@@ -53,7 +53,7 @@ export class JobView extends Widget {
       lines: lines => this._onLines(lines),
       partial: lines => this._onPartial(lines),
       status: job => this._onStatus(job),
-      usage: samples => this._usage.update(this._replicas, samples),
+      usage: samples => this._usage.update(this._replicas, samples, this._spec),
       end: () => this._onEnd(),
       notice: (message, isError) => this._showNotice(message, isError)
     });
@@ -141,6 +141,7 @@ export class JobView extends Widget {
 
   private _onStatus(job: IJob): void {
     this._replicas = job.replicas.map(replica => replica.name);
+    this._spec = job.spec;
     this._prefixWidth = Math.max(0, ...this._replicas.map(name => name.length));
     const shown = this._endAfterLines.status(job);
     if (shown) {
@@ -295,6 +296,7 @@ export class JobView extends Widget {
   private readonly _unfinished = new UnfinishedLines();
   private _liveChanged = false;
   private _replicas: string[] = [];
+  private _spec: IJobSpec | null = null; // for the gauges' memory limits
   private readonly _tracebacks = document.createElement('div');
   private _usage!: UsageGauges; // each replica's newest CPU and memory, under the status
   private _prefixWidth = 0;

@@ -3,7 +3,13 @@
  */
 import { IUsageSample } from '../model';
 import { ITrans } from '../trans';
-import { formatBytes, gauges, memoryBytes, UsageGauges } from '../usage';
+import {
+  formatBytes,
+  gauges,
+  memoryBytes,
+  roleMemoryLimits,
+  UsageGauges
+} from '../usage';
 
 const GiB = 1024 ** 3;
 
@@ -54,14 +60,80 @@ describe('gauges', () => {
       })
     ];
     expect(gauges(['worker-0', 'worker-1'], samples)).toEqual([
-      { replica: 'worker-0', cpuPercent: 98.6, rssBytes: GiB, gpuPercent: 40 },
+      {
+        replica: 'worker-0',
+        cpuPercent: 98.6,
+        rssBytes: GiB,
+        gpuPercent: 40,
+        limitBytes: null,
+        warning: null
+      },
       {
         replica: 'worker-1',
         cpuPercent: null,
         rssBytes: null,
-        gpuPercent: null
+        gpuPercent: null,
+        limitBytes: null,
+        warning: null
       }
     ]);
+  });
+
+  it('marks a replica near its memory limit and an idle GPU beside a busy one', () => {
+    const gpu = (busy: number) => [
+      { index: 0, utilization_percent: busy, memory_bytes: 1 }
+    ];
+    const samples = [
+      sample(0, {
+        'master-0': {
+          cpu_percent: 1,
+          rss_bytes: 0.95 * GiB,
+          processes: 1,
+          gpus: gpu(90)
+        },
+        'worker-0': {
+          cpu_percent: 1,
+          rss_bytes: 0.5 * GiB,
+          processes: 1,
+          gpus: gpu(80)
+        },
+        'worker-1': {
+          cpu_percent: 1,
+          rss_bytes: 0.5 * GiB,
+          processes: 1,
+          gpus: gpu(2)
+        }
+      })
+    ];
+    const limits = roleMemoryLimits({
+      framework: 'pytorch',
+      roles: {
+        master: { replicas: 1, resources: { memory: '1Gi' } },
+        worker: { replicas: 2 }
+      }
+    });
+    expect(limits).toEqual({ master: GiB });
+    const shown = gauges(['master-0', 'worker-0', 'worker-1'], samples, limits);
+    expect(shown.map(g => [g.replica, g.limitBytes, g.warning])).toEqual([
+      ['master-0', GiB, 'memory'],
+      ['worker-0', null, null],
+      ['worker-1', null, 'gpu-idle']
+    ]);
+    // Every GPU idle: nothing to compare with, nothing marked.
+    const quiet = [
+      sample(1, {
+        'worker-0': {
+          cpu_percent: 1,
+          rss_bytes: 1,
+          processes: 1,
+          gpus: gpu(0)
+        },
+        'worker-1': { cpu_percent: 1, rss_bytes: 1, processes: 1, gpus: gpu(3) }
+      })
+    ];
+    expect(gauges(['worker-0', 'worker-1'], quiet).map(g => g.warning)).toEqual(
+      [null, null]
+    );
   });
 });
 
