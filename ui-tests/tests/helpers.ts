@@ -58,3 +58,18 @@ export async function openViewer(page: Page, jobId: string): Promise<Locator> {
   );
   return viewer(page, jobId);
 }
+
+/** Runs `source` in the first cell, waits until its job ends in `state` and opens its viewer. */
+export async function runAndOpenViewer(
+  page: IJupyterLabPageFixture,
+  source: string,
+  state = 'succeeded'
+): Promise<{ jobId: string; viewer: Locator }> {
+  await runFirstCell(page, source);
+  const job = firstCellJob(page);
+  await expect(
+    job.locator('[data-test-id="distrun-job-status"]')
+  ).toHaveAttribute('data-state', state, { timeout: 120_000 });
+  const jobId = (await job.getAttribute('data-job-id'))!;
+  return { jobId, viewer: await openViewer(page, jobId) };
+}

@@ -3,6 +3,7 @@ import {
   expectServerExtension,
   firstCellJob,
   openViewer,
+  runAndOpenViewer,
   runFirstCell
 } from './helpers';
 
@@ -167,13 +168,7 @@ test.describe('Seeing what replicas do', () => {
   test("a real SummaryWriter's scalars are plotted in the Metrics tab", async ({
     page
   }) => {
-    await runFirstCell(page, SUMMARY_WRITER);
-    const job = firstCellJob(page);
-    await expect(
-      job.locator('[data-test-id="distrun-job-status"]')
-    ).toHaveAttribute('data-state', 'succeeded', { timeout: 120_000 });
-    const jobId = await job.getAttribute('data-job-id');
-    const viewer = await openViewer(page, jobId!);
+    const { viewer } = await runAndOpenViewer(page, SUMMARY_WRITER);
     await viewer.locator('[data-test-id="distrun-viewer-tab-metrics"]').click();
     const metric = viewer.locator('[data-test-id="distrun-viewer-metric"]');
     await expect(metric.locator('option')).toContainText([
@@ -199,13 +194,7 @@ test.describe('Seeing what replicas do', () => {
   test('the Timeline tab shows each attempt and why the first one ended', async ({
     page
   }) => {
-    await runFirstCell(page, FAILS_ONCE);
-    const job = firstCellJob(page);
-    await expect(
-      job.locator('[data-test-id="distrun-job-status"]')
-    ).toHaveAttribute('data-state', 'succeeded', { timeout: 120_000 });
-    const jobId = await job.getAttribute('data-job-id');
-    const viewer = await openViewer(page, jobId!);
+    const { jobId, viewer } = await runAndOpenViewer(page, FAILS_ONCE);
     await viewer
       .locator('[data-test-id="distrun-viewer-tab-timeline"]')
       .click();
