@@ -227,19 +227,29 @@ async function setCell(page, source, index = 0) {
  * Runs the distrun cell (the notebook's first) by `way` -> the first `.jp-distrun-line` of the
  * new job painted, in ms from the input event: 'button' (a mousedown on the toolbar's Run
  * distributed, which acts on mousedown) or 'key' (Shift+Alt+Enter). The cell is left as it is:
- * unchanged, with the previous run's output still shown unless `fresh`, which clears it first.
+ * unchanged, with the previous run's output still shown (`clearOutputs` takes it down first,
+ * for a run on a cell without output).
  */
-async function runToFirstLine(page, way, { fresh = false } = {}) {
+/**
+ * Takes the first cell's output down, as a person clearing it would, some time before the next
+ * run: its view closes its log stream, and the server's end of it closes with it (not during the
+ * run, which a first run on a cell without output never competes with).
+ */
+async function clearOutputs(page) {
+  await page.evaluate(() => {
+    const notebook = window.jupyterapp.shell.currentWidget.content;
+    notebook.widgets[0].model.outputs.clear();
+  });
+}
+
+async function runToFirstLine(page, way) {
   await page.evaluate(
-    ({ fresh, way }) => {
+    ({ way }) => {
       const notebook = window.jupyterapp.shell.currentWidget.content;
       notebook.activeCellIndex = 0;
       notebook.mode = 'command';
       notebook.node.focus();
       const cell = notebook.activeCell;
-      if (fresh) {
-        cell.model.outputs.clear();
-      }
       const previous = cell.node.querySelector('[data-test-id="distrun-job"]')
         ?.dataset.jobId;
       window.__firstLine = new Promise(resolve => {
@@ -285,7 +295,7 @@ async function runToFirstLine(page, way, { fresh = false } = {}) {
         observer.observe(cell.node, { childList: true, subtree: true });
       });
     },
-    { fresh, way }
+    { way }
   );
   await page.evaluate(() => performance.clearResourceTimings());
   if (way === 'button') {
@@ -528,9 +538,12 @@ async function main() {
         [one, true],
         [other, true]
       ]) {
+        if (!again) {
+          await clearOutputs(page);
+        }
         // A person's pause before each run (the server prepares the next job meanwhile).
         await page.waitForTimeout(PAUSE_MS);
-        const run = await runToFirstLine(page, way, { fresh: !again });
+        const run = await runToFirstLine(page, way);
         runs[runKind(way, again)].push(run);
       }
     }
