@@ -1,8 +1,6 @@
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
-import { serverExtensionPresent } from './helpers';
+import { runFirstCell, serverExtensionPresent } from './helpers';
 
-const RUN_BUTTON =
-  '.jp-NotebookPanel-toolbar [data-command="distrun:run-cell"]';
 const JOB = '.jp-Cell >> nth=0 >> [data-test-id="distrun-job"]';
 
 const THREE_SLOW_WORKERS = [
@@ -15,13 +13,11 @@ const THREE_SLOW_WORKERS = [
 const QUICK = '%framework=generic\n%worker=1\nprint("done", flush=True)';
 
 /** Runs the first cell from the toolbar; returns the job id once the output shows it. */
-async function runFirstCell(
+async function runFirstCellJob(
   page: IJupyterLabPageFixture,
   source: string
 ): Promise<string> {
-  await page.notebook.setCell(0, 'code', source);
-  await page.notebook.selectCells(0);
-  await page.locator(RUN_BUTTON).click();
+  await runFirstCell(page, source);
   const job = page.locator(JOB);
   await expect(job).toHaveAttribute('data-job-id', /.+/);
   return (await job.getAttribute('data-job-id'))!;
@@ -51,7 +47,7 @@ test.describe('The job sidebar', () => {
     page,
     request
   }) => {
-    const jobId = await runFirstCell(page, THREE_SLOW_WORKERS);
+    const jobId = await runFirstCellJob(page, THREE_SLOW_WORKERS);
     const log = page.locator(`${JOB} >> [data-test-id="distrun-job-log"]`);
     for (const worker of ['worker-0', 'worker-1', 'worker-2']) {
       await expect(log).toContainText(`${worker} | tick 0`, {
@@ -88,7 +84,7 @@ test.describe('The job sidebar', () => {
     page,
     request
   }) => {
-    const jobId = await runFirstCell(page, QUICK);
+    const jobId = await runFirstCellJob(page, QUICK);
     await expect(
       page.locator(`${JOB} >> [data-test-id="distrun-job-status"]`)
     ).toHaveAttribute('data-state', 'succeeded', { timeout: 60_000 });
@@ -108,7 +104,7 @@ test.describe('The job sidebar', () => {
   });
 
   test('a stuck pending job says why in words', async ({ page }) => {
-    const jobId = await runFirstCell(page, QUICK);
+    const jobId = await runFirstCellJob(page, QUICK);
     // The local engine never leaves a job stuck, so this one display check rewrites the job
     // in the list GET, in the browser only, into what a cluster engine reports.
     const reason =

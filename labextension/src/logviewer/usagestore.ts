@@ -7,7 +7,7 @@
 import { IChartLimit } from '../common/chart';
 import { IJobSpec, IUsageSample } from '../common/model';
 import { ITrans } from '../common/trans';
-import { memoryBytes } from '../common/usage';
+import { roleMemoryLimits } from '../common/usage';
 import { DEFAULT_MAX_POINTS, MetricSeries } from './metrics';
 import { IMeasureSource } from './metricspanel';
 
@@ -69,17 +69,12 @@ export class UsageStore implements IMeasureSource {
       return;
     }
     this._spec = spec;
-    const limits: IChartLimit[] = [];
-    for (const [role, roleSpec] of Object.entries(spec.roles ?? {})) {
-      const bytes = memoryBytes(roleSpec.resources?.memory);
-      if (bytes !== null) {
-        limits.push({
-          label: this._trans.__('%1 limit', role),
-          y: bytes / MiB
-        });
-      }
-    }
-    this._memoryLimits = limits;
+    this._memoryLimits = Object.entries(roleMemoryLimits(spec)).map(
+      ([role, bytes]) => ({
+        label: this._trans.__('%1 limit', role),
+        y: bytes / MiB
+      })
+    );
     this._version++;
   }
 

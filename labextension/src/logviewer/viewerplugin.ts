@@ -111,23 +111,29 @@ function addCommands(
     execute: args => open(jobId(args))
   });
 
+  /** Submits the job's spec again as a new job (resuming from its checkpoints if asked). */
+  const runAgain = async (id: string, resume: boolean): Promise<void> => {
+    try {
+      const { submitSpec } = await import('../run/jobactions');
+      const job = await getJob(id);
+      const spec = withoutTrialEnv(job.spec);
+      await opened(
+        await submitSpec(resume ? { ...spec, resume_from: job.id } : spec)
+      );
+    } catch (error) {
+      void showErrorMessage(
+        trans.__('Cannot run the job again'),
+        error as Error
+      );
+    }
+  };
+
   commands.addCommand(CommandIDs.rerunJob, {
     label: trans.__('Run again'),
     caption: args =>
       trans.__('Submit the spec of %1 again, unchanged', jobId(args)),
     describedBy: JOB_ID_ARGS,
-    execute: async args => {
-      try {
-        const { submitSpec } = await import('../run/jobactions');
-        const job = await getJob(jobId(args));
-        await opened(await submitSpec(withoutTrialEnv(job.spec)));
-      } catch (error) {
-        void showErrorMessage(
-          trans.__('Cannot run the job again'),
-          error as Error
-        );
-      }
-    }
+    execute: args => runAgain(jobId(args), false)
   });
 
   commands.addCommand(CommandIDs.resumeJob, {
@@ -138,23 +144,7 @@ function addCommands(
         jobId(args)
       ),
     describedBy: JOB_ID_ARGS,
-    execute: async args => {
-      try {
-        const { submitSpec } = await import('../run/jobactions');
-        const job = await getJob(jobId(args));
-        await opened(
-          await submitSpec({
-            ...withoutTrialEnv(job.spec),
-            resume_from: job.id
-          })
-        );
-      } catch (error) {
-        void showErrorMessage(
-          trans.__('Cannot run the job again'),
-          error as Error
-        );
-      }
-    }
+    execute: args => runAgain(jobId(args), true)
   });
 
   commands.addCommand(CommandIDs.editRerunJob, {
