@@ -17,6 +17,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from distrun.core import jobids
+from distrun.core.errors import SpecError
 from distrun.core.job import JobState
 from distrun.core.logs import JobUpdate
 from distrun.core.replica_env import operator_env, service_addresses
@@ -202,6 +203,33 @@ async def test_the_operators_pods_mount_the_named_checkpoint_claim_for_every_rep
         env = container_env(pod, "pytorch", pod_ip="10.0.0.1")
         assert env["DISTRUN_CHECKPOINT_DIR"] == f"/distrun/checkpoints/{job.id}", replica
     await engine.delete(job.id, "alice")
+
+
+async def test_a_resumed_job_continues_the_earlier_jobs_checkpoint_directory(
+    engine: KubeflowEngine, kube_admin: Any, operator_namespace: str
+) -> None:
+    """resume_from: the new job's pods get the earlier job's directory on the claim; a job
+    that is not the submitter's is refused in words and nothing is made."""
+    earlier = await engine.submit(spec("pytorch", checkpoint_volume="ckpt"), "alice")
+    with pytest.raises(SpecError, match="you have no job") as refused:
+        await engine.submit(
+            spec("pytorch", checkpoint_volume="ckpt", resume_from=earlier.id), "bob"
+        )
+    assert refused.value.field == "resume_from"
+    resumed_spec = spec("pytorch", checkpoint_volume="ckpt", resume_from=earlier.id)
+    resumed = await engine.submit(resumed_spec, "alice")
+    pods = await eventually(
+        lambda: job_pods(kube_admin, operator_namespace, resumed.id),
+        lambda found: set(found) == set(resumed_spec.replica_names()),
+        "the operator to create a pod per replica",
+    )
+    for replica, pod in sorted(pods.items()):
+        env = container_env(pod, "pytorch", pod_ip="10.0.0.1")
+        assert env["DISTRUN_CHECKPOINT_DIR"] == f"/distrun/checkpoints/{earlier.id}", replica
+        assert env["DISTRUN_JOB_ID"] == resumed.id, replica
+    assert [job.id for job in await engine.list_jobs("bob")] == []
+    for job in (resumed, earlier):
+        await engine.delete(job.id, "alice")
 
 
 async def test_cancel_and_delete_leave_nothing_behind(

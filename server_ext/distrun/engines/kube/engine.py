@@ -356,8 +356,8 @@ class KubeEngine:
                 "engine: add %checkpointVolume=<its PersistentVolumeClaim>",
                 field="resume_from",
             )
-        try:
-            await self.get_job(spec.resume_from, owner)
+        try:  # the object alone: get_job would also list its pods and read its ledger
+            await self._owned_object(await self.api(), spec.resume_from, owner)
         except NotFound:
             raise SpecError(
                 f"resume_from: you have no job {spec.resume_from!r} on the {self.name} engine "
