@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from distrun.core.errors import NotFound
 from distrun.core.job import Job, JobState
 from distrun.core.logs import LogBatch, LogEvent
 from distrun.core.spec import JobSpec
@@ -161,3 +162,37 @@ async def test_the_last_viewer_leaving_ends_the_streams_and_watches_of_a_running
     )
     assert after.watches("pytorchjobs") <= before.watches("pytorchjobs")
     await succeed(kube_admin, operator_namespace, submitted.id)
+
+
+async def test_reading_a_followed_job_asks_the_api_server_nothing_and_stays_the_owners(
+    kubeflow: KubeflowEngine,
+    kube_cluster: KubeCluster,
+    kube_admin: Any,
+    operator_namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A viewer's connect reads the job (find_job); while this process follows the job, or
+    its namespace's informers hold it, that is no GET of the job and no LIST of its pods."""
+    followed, _logs, names = await submit_written(kubeflow, kube_cluster, monkeypatch, 1, range(10))
+    other, _other_logs, _ = await submit_written(kubeflow, kube_cluster, monkeypatch, 1, range(1))
+    checker = SequenceChecker(names)
+    async with aclosing(kubeflow.follow(followed.id, "alice")) as events:
+        async for event in events:
+            if isinstance(event, LogBatch):
+                checker.check(event.lines)
+            if checker.received == 20:
+                break
+        before = await apiserver_load(kube_admin)
+        reads = [await kubeflow.get_job(job_id, "alice") for job_id in [followed.id, other.id] * 5]
+        after = await apiserver_load(kube_admin)
+        for job_id in (followed.id, other.id):
+            with pytest.raises(NotFound):
+                await kubeflow.get_job(job_id, "bob")
+    served = after.requests - before.requests
+    assert served[("GET", "pytorchjobs", "")] == 0, after.busiest_since(before)
+    assert served[("LIST", "pods", "")] == 0, after.busiest_since(before)
+    assert [job.id for job in reads] == [followed.id, other.id] * 5
+    assert {job.state for job in reads} == {JobState.RUNNING}
+    assert [replica.name for replica in reads[0].replicas] == names
+    await succeed(kube_admin, operator_namespace, followed.id)
+    await succeed(kube_admin, operator_namespace, other.id)

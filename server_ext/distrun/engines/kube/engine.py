@@ -49,7 +49,7 @@ from distrun.engines.kube.client import (
 )
 from distrun.engines.kube.feeds import JobFeed, follow_feed
 from distrun.engines.kube.gpu_modes import SHARED_GPU, GpuMode, gpu_shortage, pod_gpus
-from distrun.engines.kube.informers import Informers
+from distrun.engines.kube.informers import Informers, across_jobs
 from distrun.engines.kube.kueue import WORKLOADS, check_queue_system, workload_reason
 from distrun.engines.kube.logs import (
     LedgerStore,
@@ -405,13 +405,25 @@ class KubeEngine:
         return books
 
     async def get_job(self, job_id: str, owner: str) -> Job:
+        """The job as its feed keeps it when this process follows it (no request), else from
+        the namespace's informers when they hold it (no GET of the job, no LIST of its pods),
+        else from the API server. The owner is checked against the object in every case."""
+        followed = await self._followed_job(job_id, owner)
+        if followed is not None:
+            return followed
         api = await self.api()
-        obj = await self._owned_object(api, job_id, owner)
+        informed = self._informed(self.namespace_for(owner), job_id)
+        obj = informed[0] if informed else await self._owned_object(api, job_id, owner)
+        if not _owned_by(obj, owner):
+            raise NotFound(f"no job {job_id!r}")
         try:
             spec = stored_spec(obj)
         except Conflict as error:
             return unreadable_job(self.name, obj, error)
-        pods = await self._pods(api, obj, spec)
+        if informed is not None:
+            pods = self.replica_pods(list(informed[1].values()), spec)
+        else:
+            pods = await self._pods(api, obj, spec)
         restarts = await self._record_restarts(api, obj, spec, pods)
         job = self.describe_job(obj, spec, pods, restarts)
         if job.state == JobState.PENDING:
@@ -419,6 +431,38 @@ class KubeEngine:
         if job.failed_replica and job.failed_replica in pods:
             job.last_lines = await self._last_lines(api, pods[job.failed_replica], spec)
         return job
+
+    async def _followed_job(self, job_id: str, owner: str) -> Job | None:
+        """The job as the feed that follows it in this process describes it (its object and
+        pods from the informers, its restarts and waiting word kept up to date); None when no
+        feed follows it, or its description lacks what a read adds (a failed replica's last
+        lines)."""
+        jobids.check_job_id(job_id)
+        feed = self._feeds.get((self.namespace_for(owner), job_id))
+        if feed is None or feed.gone:
+            return None
+        with contextlib.suppress(Exception):
+            await asyncio.shield(feed.started)
+        if not feed.started.done() or feed.started.cancelled() or feed.started.exception():
+            return None
+        if feed.gone or not _owned_by(feed.obj, owner) or feed.job.failed_replica:
+            return None  # the API server's answer: NotFound, or the failed replica's lines
+        return copy.copy(feed.job)
+
+    def _informed(self, namespace: str, job_id: str) -> tuple[Obj, dict[str, Obj]] | None:
+        """The job object and its pods (by name) as the namespace's informers hold them, when
+        both run (a feed in the namespace started them) and hold the job; None: ask the API
+        server (a job made since the informers' last event is not there yet)."""
+        pod_selector, _label = across_jobs(self.pod_selector(job_id), job_id)
+        pods = self._informers.synced(namespace, PODS, pod_selector)
+        if pods is None:
+            return None
+        for resource in self.resources:
+            jobs = self._informers.synced(namespace, resource, LABEL_INSTANCE)
+            obj = jobs.get(job_id) if jobs is not None else None
+            if obj is not None:
+                return obj, pods.objects_of(job_id)
+        return None
 
     async def _record_restarts(
         self, api: KubeApi, obj: Obj, spec: JobSpec, pods: dict[str, Obj]
@@ -587,7 +631,11 @@ class KubeEngine:
         feed = self._feeds.get(key)
         if feed is None or feed.gone:
             api = await self.api()
-            obj, spec = await self._get_owned(api, job_id, owner)
+            informed = self._informed(key[0], job_id)
+            if informed is not None and _owned_by(informed[0], owner):
+                obj, spec = informed[0], stored_spec(informed[0])
+            else:
+                obj, spec = await self._get_owned(api, job_id, owner)
             feed = self._feeds.get(key)
             if feed is None or feed.gone:
                 feed = self._feeds[key] = JobFeed(self, api, obj, spec, self._informers)

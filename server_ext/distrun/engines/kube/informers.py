@@ -303,6 +303,11 @@ class Informers:
         del self._running[key]
         await informer.stop()
 
+    def synced(self, namespace: str, resource: Resource, selector: str) -> Informer | None:
+        """The running informer of these objects, once its first list is in; None if none."""
+        running = self._running.get(InformerKey(namespace, resource, selector))
+        return running[0] if running is not None and running[0].synced else None
+
     def running(self) -> list[Informer]:
         return [informer for informer, _users in self._running.values()]
 
