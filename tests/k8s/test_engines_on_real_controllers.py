@@ -221,12 +221,15 @@ def restart_variable(pod: Any) -> str:
 async def test_a_whole_job_restart_recreates_every_replica_then_the_job_succeeds(
     volcano: VolcanoEngine, admin: Any, namespace: str
 ) -> None:
-    """%restart=job with %maxRestarts=2 on the real Volcano controller: the worker fails once;
-    the controller restarts the whole job (every pod recreated, none of the first attempt left),
-    distrun says attempt 2 of a whole-job restart and why, and the job then succeeds."""
+    """%restart=job with %maxRestarts=2 on the real Volcano controller, followed as a cell
+    follows it: the worker fails once; the controller restarts the whole job (every pod
+    recreated, none of the first attempt left), distrun says attempt 2 of a whole-job restart
+    and why the first ended, and the job then succeeds. A server that never followed it (a
+    fresh engine) shows the same timeline: both attempts, the failure, the restart, the end."""
     job = await volcano.submit(
         spec({"master": 1, "worker": 1}, restart="job", max_restarts=2), OWNER
     )
+    follower = asyncio.create_task(collect(volcano, job.id, {"master-0": [], "worker-0": []}, []))
     selector = f"volcano.sh/job-name={job.id}"
     first = await eventually(
         lambda: pods_of(admin, namespace, selector), all_running(2), "attempt 1's pods to run"
@@ -244,21 +247,48 @@ async def test_a_whole_job_restart_recreates_every_replica_then_the_job_succeeds
         lambda j: j.state == JobState.RUNNING,
         "the restarted job to be running",
     )
+    failure = current.last_failure
     print(f"--- after the worker's failure: attempt {current.attempt}, {current.restart_scope}")
+    print(f"--- last failure: {failure and failure.text}")
     assert (current.attempt, current.max_restarts, current.restart_scope) == (2, 2, "job")
     assert [r.restarts for r in current.replicas] == [1, 1]
+    assert failure is not None
+    assert (failure.text, failure.attempt, failure.exit_code) == (
+        "worker-0 failed: exit code 1",
+        1,
+        1,
+    )
     assert {restart_variable(pod) for pod in second} == {"1"}  # DISTRUN_RESTART, as locally
     await end_pod(admin, namespace, f"{job.id}-worker-0", "0")
     await end_pod(admin, namespace, f"{job.id}-master-0", "0")
     done = await eventually(
         lambda: volcano.get_job(job.id, OWNER), lambda j: j.state.terminal, "the job to end"
     )
+    await asyncio.wait_for(follower, WAIT)
     print(f"--- ended {done.state.value} at attempt {done.attempt}")
     assert done.state == JobState.SUCCEEDED
     assert done.attempt == 2
     left = {p.metadata.uid for p in await pods_of(admin, namespace, selector)}
     assert not left & first_uids  # nothing of the first attempt runs on
     assert {p.metadata.uid for p in second} >= left
+    fresh = VolcanoEngine(api_client=admin, namespace=namespace)
+    try:
+        read = await fresh.get_job(job.id, OWNER)
+    finally:
+        await fresh.close()
+    for event in read.timeline:
+        print(f"--- {event.time - read.created_at:5.1f} s  attempt {event.attempt}  {event.text}")
+    assert [(e.kind, e.attempt) for e in read.timeline] == [
+        ("submitted", 1),
+        ("started", 1),
+        ("failed", 1),
+        ("restarting", 1),
+        ("started", 2),
+        ("ended", 2),
+    ]
+    assert read.timeline[3].text.startswith("restart 1/2 of the job: worker-0 failed (exit code 1)")
+    assert read.timeline[-1].text == "the job succeeded"
+    assert read.to_json()["last_failure"]["replica"] == "worker-0"
     await volcano.delete(job.id, OWNER)
 
 

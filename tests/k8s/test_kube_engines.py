@@ -253,7 +253,8 @@ async def test_on_failure_restarts_in_place_as_often_as_asked_and_the_record_kee
     containers) and the real operator fails the job at the second restart, deleting the pods
     still running. As on the local engine: 3 attempts, failed, "worker-0 failed: exit code 1";
     distrun shows each restart while the job runs (to a follower and to a read) and keeps them
-    after the pods are gone, also for a server that never saw the pods (a new engine)."""
+    after the pods are gone, also for a server that never saw the pods (a new engine), with
+    the timeline: each failure and restart in place, the end."""
     job_spec = spec(roles={"worker": {"replicas": 1}}, restart_policy="OnFailure", backoff_limit=2)
     job, _logs = await submit_with_logs(
         kube_cluster, operated, job_spec, monkeypatch, {"master-0": ("m0",), "worker-0": ("w0",)}
@@ -315,6 +316,17 @@ async def test_on_failure_restarts_in_place_as_often_as_asked_and_the_record_kee
             assert [r.restarts for r in failed.replicas] == [0, 2], failed.replicas
             assert failed.reason == "worker-0 failed: exit code 1"
             assert failed.failed_replica == "worker-0"
+            assert (failed.attempt, failed.restart_scope) == (1, "replica")
+            assert [(e.kind, e.attempt) for e in failed.timeline] == [
+                ("submitted", 1),
+                ("started", 1),
+                *[("failed", 1), ("restarting", 1)] * 2,
+                ("ended", 1),
+            ], failed.timeline
+            assert [e.text for e in failed.timeline if e.kind == "restarting"] == [
+                f"restarting worker-0 (restart {n}/2 of the job) after exit code 1" for n in (1, 2)
+            ]
+            assert failed.timeline[-1].text == "worker-0 failed: exit code 1"
     finally:
         await fresh.close()
     await operated.delete(job.id, "alice")

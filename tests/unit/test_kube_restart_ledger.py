@@ -88,3 +88,15 @@ def test_a_ledger_edited_by_hand_keeps_only_what_reads_as_a_record() -> None:
     assert book["chief-0"].failure is None
     assert read_book("[") == {} and read_book("[1]") == {}
     assert read_book(write_book(book)) == book
+
+
+def test_two_runs_of_one_pod_ending_in_the_same_second_are_two_failures() -> None:
+    """The API server's times are whole seconds: the pod's run number tells them apart, and a
+    failure seen again (by another server, or in the next status) is not told twice."""
+    book: dict[str, ReplicaRecord] = {}
+    observe(book, "worker-0", restarted("w", 1, "2026-01-01T00:00:05Z"))
+    assert observe(book, "worker-0", restarted("w", 2, "2026-01-01T00:00:05Z"))
+    assert not observe(book, "worker-0", restarted("w", 2, "2026-01-01T00:00:05Z"))
+    again = read_book(write_book(book))
+    assert [f.run for f in again["worker-0"].failures] == ["w/0", "w/1"]
+    assert not merge(again, book) and again == book

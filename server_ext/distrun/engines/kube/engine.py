@@ -14,7 +14,7 @@ import contextlib
 import copy
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +81,7 @@ from distrun.engines.kube.restart_ledger import (
 )
 from distrun.engines.kube.restart_ledger import apply as apply_restarts
 from distrun.engines.kube.restart_ledger import read_book as read_restarts
+from distrun.engines.kube.timeline import Attempts, kube_timeline
 from distrun.engines.protocol import EngineInfo
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,8 @@ class Phase:
     # What a restart restarts where the controller decides it whatever the framework (Volcano:
     # "job"); None: as the spec resolves it (core/restarts.py).
     restart_scope: str | None = None
+    attempt_started_at: float | None = None  # the current attempt's start, where it says
+    restarted_at: float | None = None  # the latest restart of the whole job, where it says
 
 
 class KubeEngine:
@@ -243,13 +246,19 @@ class KubeEngine:
     def container_name(self, spec: JobSpec) -> str:
         raise NotImplementedError
 
+    def pod_attempt(self, pod: Obj) -> int:
+        """Which of the job's attempts `pod` runs (1: the first); the controllers that restart
+        single replicas in their pods keep the job at its first."""
+        return 1
+
     def describe_job(
         self, obj: Obj, spec: JobSpec, pods: dict[str, Obj], restarts: RestartBook | None = None
     ) -> Job:
         """The job, with the usage peaks read so far (an OOM kill's words name the peak)."""
         meta = obj["metadata"]
         peaks = self._usage.peaks(meta.get("namespace", ""), meta["name"])
-        return describe(self.name, obj, spec, pods, self.phase(obj), restarts, peaks)
+        phase = self.phase(obj)
+        return describe(self.name, obj, spec, pods, phase, restarts, peaks, self.pod_attempt)
 
     def phase(self, obj: Obj) -> Phase:
         raise NotImplementedError
@@ -473,7 +482,8 @@ class KubeEngine:
         with contextlib.suppress(DistrunError):
             await ledger.load()
         book = copy.deepcopy(ledger.restarts)
-        if any(observe(book, name, pod) for name, pod in pods.items()):
+        changed = [observe(book, name, pod, self.pod_attempt(pod)) for name, pod in pods.items()]
+        if any(changed):
             with contextlib.suppress(DistrunError):
                 await ledger.record_restarts(book)
         return book
@@ -857,10 +867,12 @@ def describe(
     phase: Phase,
     restarts: RestartBook | None = None,
     peaks: dict[str, int] | None = None,
+    pod_attempt: Callable[[Obj], int] = lambda pod: 1,
 ) -> Job:
     """The job as the API server shows it: the object's status first, pods for the detail,
     and what the restart ledger kept of pods the controller deleted; `peaks`: each replica's
-    largest working set metrics-server gave, where known (an OOM kill's words name it)."""
+    largest working set metrics-server gave, where known (an OOM kill's words name it);
+    `pod_attempt`: which attempt of the job a pod runs."""
     meta = obj["metadata"]
     replicas = [
         replica_status(name, pods.get(name), (peaks or {}).get(name))
@@ -896,6 +908,20 @@ def describe(
     finished = phase.finished_at
     if state.terminal and finished is None:
         finished = max((r.finished_at for r in replicas if r.finished_at), default=None)
+    attempt = phase.restarts + 1  # a whole-job restart recreates every pod: the controller's
+    scope = plan.scope and (phase.restart_scope or plan.scope)
+    attempts = Attempts(
+        attempt,
+        plan.limit,
+        scope,
+        phase.attempt_started_at or (started if attempt == 1 else None),
+        phase.restarted_at,
+        sum(r.restarts for r in replicas) if scope == "replica" else 0,
+    )
+    seen = copy.deepcopy(restarts or {})  # with what the pods say now, read only
+    for name, pod in pods.items():
+        observe(seen, name, pod, pod_attempt(pod))
+    created = k8s_time(meta.get("creationTimestamp")) or 0.0
     return Job(
         id=meta["name"],
         name=spec.name,
@@ -903,17 +929,17 @@ def describe(
         engine=engine,
         framework=spec.framework,
         state=state,
-        created_at=k8s_time(meta.get("creationTimestamp")) or 0.0,
+        created_at=created,
         replicas=replicas,
         spec=spec,
         started_at=started,
         finished_at=finished,
         reason=reason,
         failed_replica=failed.name if failed is not None and state == JobState.FAILED else None,
-        # A whole-job restart recreates every pod: the controller's count is the attempt's.
-        attempt=phase.restarts + 1,
+        attempt=attempt,
         max_restarts=plan.limit,
-        restart_scope=plan.scope and (phase.restart_scope or plan.scope),
+        restart_scope=scope,
+        timeline=kube_timeline(created, seen, attempts, state, finished, reason),
     )
 
 

@@ -57,6 +57,8 @@ class JobSource(Protocol):
 
     def pod_selector(self, job_id: str) -> str: ...
 
+    def pod_attempt(self, pod: Obj) -> int: ...
+
     def replica_pods(self, pods: list[Obj], spec: JobSpec) -> dict[str, Obj]: ...
 
     def resource_of(self, obj: Obj) -> Resource: ...
@@ -297,7 +299,7 @@ class JobFeed:
         """Adds the pod's restarts and failed attempts to the job's restart ledger (its last
         state too, when it is deleted: the controller may delete a restarting pod at once)."""
         for replica, same in self.source.replica_pods([pod], self.spec).items():
-            if observe(self.restarts, replica, same):
+            if observe(self.restarts, replica, same, self.source.pod_attempt(same)):
                 self._record()
 
     def _record(self) -> None:

@@ -3,6 +3,7 @@ and MPIJob, chosen by the spec's framework. The operator creates the pods and in
 framework's variables; status comes from the job's conditions."""
 
 import contextlib
+from dataclasses import replace
 
 from distrun.core import jobids
 from distrun.core.errors import DistrunError, NotFound
@@ -96,4 +97,6 @@ class KubeflowEngine(KubeEngine):
         return kubeflow_framework(spec).container_name
 
     def phase(self, obj: Obj) -> Phase:
-        return conditions_phase(obj, _TERMINAL, _RUNNING)
+        """The conditions' phase; a restart here is always of the failed replica, in its pod
+        (restartPolicy per replica type), whatever the framework."""
+        return replace(conditions_phase(obj, _TERMINAL, _RUNNING), restart_scope="replica")

@@ -9,6 +9,10 @@ of each pod (by uid) and the newest failed attempt (its words, exit code and end
 grow and a failure is replaced only by a newer one, so every server writing agrees, and any
 server, restarted or not, shows the same record. What no server saw (a restart that came and
 went while nobody read or followed the job) is not recorded.
+
+For the job's timeline (timeline.py) it also keeps, per replica, its newest failed attempts
+(each with the job's attempt it ended: Volcano recreates every pod at a restart) and when its
+container first started in each of the job's attempts.
 """
 
 import json
@@ -23,6 +27,8 @@ RESTARTS_ANNOTATION = "distrun.io/replica-restarts"
 PODS_KEPT = 8  # per replica; older pods' counts are folded into `earlier`
 MAX_COUNT = 2**31  # a container's restartCount is an int32
 MAX_TEXT = 1_000  # characters of a failure's words
+FAILURES_KEPT = 16  # per replica, the newest
+STARTS_KEPT = 16  # per replica, of the newest attempts
 Obj = dict[str, Any]
 
 
@@ -31,13 +37,28 @@ class Failure:
     text: str  # "exit code 1", "exit code 1: <termination message>", or out of memory
     code: int | None
     at: str  # the attempt's finishedAt, as the API server writes it (RFC 3339, sortable)
+    attempt: int = 1  # the job's attempt it ended (the pod's, where the controller says it)
+    oom: bool = False  # the container was OOMKilled
+    run: str = ""  # "<pod uid>/<n>": the pod's container's n-th run (0: its first)
+
+    @property
+    def key(self) -> tuple[str, str, int | None]:
+        """One container run ends once: its pod and number name it, whoever saw it (its end
+        and code where the number was not written)."""
+        return (self.run, "", None) if self.run else ("", self.at, self.code)
 
 
 @dataclass
 class ReplicaRecord:
     pods: dict[str, int] = field(default_factory=dict)  # pod uid -> highest restartCount seen
     earlier: int = 0  # restarts of pods no longer listed
-    failure: Failure | None = None
+    failures: list[Failure] = field(default_factory=list)  # the newest, oldest first
+    starts: dict[int, str] = field(default_factory=dict)  # job attempt -> first startedAt seen
+
+    @property
+    def failure(self) -> Failure | None:
+        """The newest failed attempt."""
+        return self.failures[-1] if self.failures else None
 
     def restarts(self, pod: Obj | None) -> int:
         """The replica's restarts, with its current pod's own count."""
@@ -50,8 +71,9 @@ class ReplicaRecord:
 RestartBook = dict[str, ReplicaRecord]  # by replica name
 
 
-def observe(book: RestartBook, replica: str, pod: Obj) -> bool:
-    """Adds what `pod` says of `replica` to `book`; True when the book changed."""
+def observe(book: RestartBook, replica: str, pod: Obj, attempt: int = 1) -> bool:
+    """Adds what `pod`, of the job's `attempt`, says of `replica` to `book`; True when the
+    book changed."""
     record = book.setdefault(replica, ReplicaRecord())
     changed = False
     uid, count = _uid(pod), _restart_count(pod)
@@ -61,25 +83,68 @@ def observe(book: RestartBook, replica: str, pod: Obj) -> bool:
         while len(record.pods) > PODS_KEPT:
             oldest = next(iter(record.pods))
             record.earlier += record.pods.pop(oldest)
-    failure = last_failure(pod)
-    if failure is not None and (record.failure is None or failure.at > record.failure.at):
-        record.failure = failure
-        changed = True
+    for failure in pod_failures(pod, attempt):
+        changed = add_failure(record, failure) or changed
+    started = first_start(pod)
+    if started is not None:
+        changed = add_start(record, attempt, started) or changed
     return changed
 
 
+def add_failure(record: ReplicaRecord, failure: Failure) -> bool:
+    """Adds `failure` unless it is there already; the newest FAILURES_KEPT stay."""
+    if any(known.key == failure.key for known in record.failures):
+        return False
+    record.failures = sorted([*record.failures, failure], key=lambda f: f.at)[-FAILURES_KEPT:]
+    return failure in record.failures
+
+
+def add_start(record: ReplicaRecord, attempt: int, started: str) -> bool:
+    """Keeps the earliest start seen of each attempt, of the newest STARTS_KEPT attempts."""
+    known = record.starts.get(attempt)
+    if known is not None and known <= started:
+        return False
+    record.starts[attempt] = started
+    for old in sorted(record.starts)[:-STARTS_KEPT]:
+        del record.starts[old]
+    return attempt in record.starts
+
+
 def last_failure(pod: Obj) -> Failure | None:
-    """The newest attempt of the pod's container that ended other than with exit 0: the one
-    that ends now (state), else the one before the current run (lastState)."""
+    """The newest attempt of the pod's container that ended other than with exit 0."""
+    failures = pod_failures(pod)
+    return failures[-1] if failures else None
+
+
+def pod_failures(pod: Obj, attempt: int = 1) -> list[Failure]:
+    """The runs of the pod's container that ended other than with exit 0, oldest first: the
+    one before the current run (lastState) and the one that ends now (state)."""
     container = _container(pod)
-    for state in (container.get("state"), container.get("lastState")):
+    count = _restart_count(pod)
+    failures = []
+    for state, run in ((container.get("lastState"), count - 1), (container.get("state"), count)):
         terminated = (state or {}).get("terminated")
         if terminated and (terminated.get("exitCode") != 0 or _oom(terminated)):
             code = terminated.get("exitCode")
             text = attempt_words(pod, terminated)[:MAX_TEXT]
             at = str(terminated.get("finishedAt") or "")
-            return Failure(text, code if isinstance(code, int) else None, at)
-    return None
+            code = code if isinstance(code, int) else None
+            key = f"{_uid(pod)}/{run}" if _uid(pod) and run >= 0 else ""
+            failures.append(Failure(text, code, at, attempt, _oom(terminated), key))
+    return failures
+
+
+def first_start(pod: Obj) -> str | None:
+    """The earliest start the pod's container status tells of (its run before a restart in
+    place, else its current or ended run)."""
+    container = _container(pod)
+    starts = [
+        str(inner["startedAt"])
+        for state in (container.get("lastState"), container.get("state"))
+        for inner in ((state or {}).get("terminated"), (state or {}).get("running"))
+        if inner and inner.get("startedAt")
+    ]
+    return min(starts) if starts else None
 
 
 def attempt_words(pod: Obj, terminated: Obj, peak: int | None = None) -> str:
@@ -149,11 +214,8 @@ def write_book(book: RestartBook) -> str:
         replica: {
             "pods": record.pods,
             "earlier": record.earlier,
-            "failure": (
-                None
-                if record.failure is None
-                else [record.failure.text, record.failure.code, record.failure.at]
-            ),
+            "failures": [[f.text, f.code, f.at, f.attempt, f.oom, f.run] for f in record.failures],
+            "starts": {str(attempt): at for attempt, at in record.starts.items()},
         }
         for replica, record in book.items()
     }
@@ -161,7 +223,8 @@ def write_book(book: RestartBook) -> str:
 
 
 def merge(into: RestartBook, other: RestartBook) -> bool:
-    """Adds `other` to `into` (counts: the highest; failure: the newest); True if it changed."""
+    """Adds `other` to `into` (counts: the highest; failures: every one; starts: the
+    earliest); True if it changed."""
     changed = False
     for replica, theirs in other.items():
         ours = into.setdefault(replica, ReplicaRecord())
@@ -172,11 +235,10 @@ def merge(into: RestartBook, other: RestartBook) -> bool:
         if theirs.earlier > ours.earlier:
             ours.earlier = theirs.earlier
             changed = True
-        if theirs.failure is not None and (
-            ours.failure is None or theirs.failure.at > ours.failure.at
-        ):
-            ours.failure = theirs.failure
-            changed = True
+        for failure in theirs.failures:
+            changed = add_failure(ours, failure) or changed
+        for attempt, at in theirs.starts.items():
+            changed = add_start(ours, attempt, at) or changed
     return changed
 
 
@@ -191,12 +253,29 @@ def _record(entry: dict[str, Any]) -> ReplicaRecord:
     )
     if _whole(entry.get("earlier")):
         record.earlier = entry["earlier"]
-    failure = entry.get("failure")
-    if isinstance(failure, list) and len(failure) == 3:
-        text, code, at = failure
-        if isinstance(text, str) and isinstance(at, str) and (code is None or _whole(code)):
-            record.failure = Failure(text[:MAX_TEXT], code, at)
+    failures = entry.get("failures")
+    written = [*(failures if isinstance(failures, list) else []), entry.get("failure")]
+    for item in written:  # "failure": one, as written before the timeline
+        failure = _failure(item)
+        if failure is not None:
+            add_failure(record, failure)
+    starts = entry.get("starts")
+    for attempt, at in starts.items() if isinstance(starts, dict) else ():
+        if isinstance(at, str) and attempt.isdigit() and _whole(int(attempt)) and int(attempt):
+            add_start(record, int(attempt), at)
     return record
+
+
+def _failure(item: Any) -> Failure | None:
+    if not isinstance(item, list) or len(item) not in (3, 6):
+        return None
+    text, code, at, *rest = item
+    attempt, oom, run = rest or (1, False, "")
+    if not (isinstance(text, str) and isinstance(at, str) and (code is None or _whole(code))):
+        return None
+    if not (_whole(attempt) and attempt >= 1 and isinstance(oom, bool) and isinstance(run, str)):
+        return None
+    return Failure(text[:MAX_TEXT], code, at, attempt, oom, run[:MAX_TEXT])
 
 
 def _whole(value: Any) -> bool:

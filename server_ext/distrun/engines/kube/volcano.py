@@ -11,6 +11,7 @@ from distrun.engines.kube.gpu_modes import gpu_shortage
 from distrun.engines.kube.manifests.common import Target
 from distrun.engines.kube.manifests.configmap import CodeBundle
 from distrun.engines.kube.manifests.volcano import (
+    ANNOTATION_RETRY_COUNT,
     LABEL_JOB_NAME,
     LABEL_TASK,
     LABEL_TASK_INDEX,
@@ -65,6 +66,12 @@ class VolcanoEngine(KubeEngine):
     def container_name(self, spec: JobSpec) -> str:
         return FRAMEWORKS[spec.framework].container_name
 
+    def pod_attempt(self, pod: Obj) -> int:
+        """The job's retryCount when the controller made the pod, plus one."""
+        annotations = pod["metadata"].get("annotations") or {}
+        count = str(annotations.get(ANNOTATION_RETRY_COUNT, "0"))
+        return int(count) + 1 if count.isdigit() else 1
+
     def phase(self, obj: Obj) -> Phase:
         status = obj.get("status") or {}
         state = status.get("state") or {}
@@ -72,13 +79,11 @@ class VolcanoEngine(KubeEngine):
         reason = state.get("message") or state.get("reason") or None
         when = k8s_time(state.get("lastTransitionTime"))
         restarts = _restarts(obj, job_state)
-        if job_state is None:
-            return Phase(None, restarts=restarts, restart_scope="job")
-        if job_state.terminal:
-            return Phase(job_state, reason, None, when, restarts, "job")
-        if job_state == JobState.PENDING:
-            return Phase(job_state, reason, restarts=restarts, restart_scope="job")
-        return Phase(job_state, restarts=restarts, restart_scope="job")
+        running, restarted = _attempt_times(obj)
+        if job_state is None or job_state == JobState.RUNNING:
+            reason = None
+        finished = when if job_state is not None and job_state.terminal else None
+        return Phase(job_state, reason, None, finished, restarts, "job", running, restarted)
 
     async def waiting_reason(self, api: KubeApi, obj: Obj, job: Job) -> str | None:
         """The PodGroup's word first: Volcano holds a gang that does not fit there (Pending:
@@ -107,6 +112,22 @@ def _restarts(obj: Obj, state: JobState | None) -> int:
     if state == JobState.FAILED and max_retry and retries >= max_retry:
         return max_retry - 1
     return retries
+
+
+def _attempt_times(obj: Obj) -> tuple[float | None, float | None]:
+    """When the current attempt began running and when the job last restarted, from the
+    controller's conditions (it keeps only the latest time of each phase: a Running before the
+    latest Restarting was an earlier attempt's)."""
+    latest: dict[str, float] = {}
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        when = k8s_time(condition.get("lastTransitionTime"))
+        if when is not None and isinstance(condition.get("status"), str):
+            latest[condition["status"]] = when
+    restarted = latest.get("Restarting")
+    running = latest.get("Running")
+    if running is not None and restarted is not None and running < restarted:
+        running = None
+    return running, restarted
 
 
 async def podgroup_event(api: KubeApi, namespace: str, name: str) -> str | None:
