@@ -124,6 +124,7 @@ async def test_restart_replica_restarts_only_the_failed_one(local_engine: LocalE
         import os, sys, time
         replica = os.environ["DISTRUN_REPLICA"]
         print("pid", replica, os.getpid(), flush=True)
+        print("run", replica, os.environ["DISTRUN_RESTART"], flush=True)
         if replica == "worker-1":
             if not os.path.exists("failed-once"):
                 open("failed-once", "w").close()
@@ -141,6 +142,9 @@ async def test_restart_replica_restarts_only_the_failed_one(local_engine: LocalE
     assert [r.restarts for r in final.replicas] == [0, 0, 1]
     started = [line.text.split()[1] for line in lines if line.text.startswith("pid ")]
     assert sorted(started) == ["master-0", "worker-0", "worker-1", "worker-1"]
+    # The job has one run: a replica restarted alone is in it (the Training Operator's 0 too).
+    runs = {line.text.split(maxsplit=1)[1] for line in lines if line.text.startswith("run ")}
+    assert runs == {"master-0 0", "worker-0 0", "worker-1 0"}
 
 
 async def test_a_job_that_asks_for_no_restarts_fails_at_the_first_failure(

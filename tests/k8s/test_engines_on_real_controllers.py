@@ -209,10 +209,11 @@ async def test_a_failing_job_restarts_as_often_as_asked_with_exact_log_seqs(
     await volcano.delete(job_id, OWNER)
 
 
-def restart_variable(pod: Any) -> str:
-    """DISTRUN_RESTART as the kubelet gives it to the pod's container: the annotation its
-    downward-API reference names."""
-    [var] = [v for v in pod.spec.containers[0].env if v.name == "DISTRUN_RESTART"]
+def restart_variable(pod: Any, container: str | None = None) -> str:
+    """DISTRUN_RESTART as the kubelet gives it to the pod's (named) container: the annotation
+    its downward-API reference names."""
+    [main] = [c for c in pod.spec.containers if container in (None, c.name)][:1]
+    [var] = [v for v in main.env if v.name == "DISTRUN_RESTART"]
     path = var.value_from.field_ref.field_path
     key = path.removeprefix("metadata.annotations['").removesuffix("']")
     return str(pod.metadata.annotations[key])
@@ -419,6 +420,7 @@ async def test_a_trainjob_runs_on_the_torch_runtime_and_reports_status_and_logs(
         env = {var.name: var.value for var in main.env or []}
         assert env.get("PET_NNODES") == "2", env
         assert env.get("PET_NPROC_PER_NODE") == "1", env  # one process per replica, not "auto"
+        assert restart_variable(pod, trainer.container_name(job_spec)) == "0"  # from JobSet
         log = controllers_cluster.pod_log(namespace, pod.metadata.name)
         log.write(f"hello from node {index}")
     lines: dict[str, list[tuple[int, str]]] = {"master-0": [], "worker-0": []}

@@ -102,6 +102,7 @@ async def test_the_real_operator_gives_each_replica_the_environment_distrun_give
         actual = container_env(pod, container, pod_ip=addresses[replica].host)
         written_by_operator = {name: actual.get(name) for name in expected}
         assert written_by_operator == expected, replica
+        assert actual["DISTRUN_RESTART"] == "0", replica  # the job's only run, as locally
     await engine.delete(job.id, "alice")
 
 

@@ -77,6 +77,30 @@ def test_volcano_replicas_learn_their_attempt_from_the_controllers_retry_count()
         assert path == "metadata.annotations['volcano.sh/job-retry-count']"
 
 
+def test_trainer_replicas_learn_their_attempt_from_the_jobsets_restart_count() -> None:
+    """The only restart a TrainJob gets is JobSet's restart of the whole group (its runtime's
+    failurePolicy): JobSet writes its count into every pod, as Volcano its retryCount."""
+    s = spec(roles=THREE)
+    trainer = trainjob(s, TARGET, OPTIONS, trainer_bundle(s, TARGET), runtime="torch-distributed")
+    (restart,) = [e for e in trainer["spec"]["trainer"]["env"] if e["name"] == "DISTRUN_RESTART"]
+    path = restart["valueFrom"]["fieldRef"]["fieldPath"]
+    assert path == "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']"
+
+
+@pytest.mark.parametrize("fields", [{}, {"restart": "replica", "max_restarts": 2}])
+def test_operator_replicas_get_the_first_run_the_job_never_restarts_as_a_whole(
+    fields: dict[str, Any],
+) -> None:
+    """The operator restarts a replica in its pod, never the job: DISTRUN_RESTART is 0, there
+    and after a restart in place, as on the local engine under %restart=replica."""
+    job = kubeflow(spec(roles=THREE, env={"DISTRUN_RESTART": "7"}, **fields))
+    for replica_spec in job["spec"]["pytorchReplicaSpecs"].values():
+        (container,) = replica_spec["template"]["spec"]["containers"]
+        assert [e for e in container["env"] if e["name"] == "DISTRUN_RESTART"] == [
+            {"name": "DISTRUN_RESTART", "value": "0"}
+        ]
+
+
 async def test_volcano_refuses_a_replica_restarting_alone() -> None:
     error = await refusal(VolcanoEngine, spec(restart="replica", max_restarts=1))
     assert error.field == "restart"

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from distrun.core.checkpoint_env import CHECKPOINT_DIR_ENV
+from distrun.core.checkpoint_env import CHECKPOINT_DIR_ENV, RESTART_ENV
 from distrun.core.errors import SpecError
 from distrun.core.frameworks import FRAMEWORKS
 from distrun.core.spec import JobSpec, Resources
@@ -154,6 +154,14 @@ def base_env(spec: JobSpec, job_id: str) -> dict[str, str]:
         # that one's directory (copying it would need a pod of its own before the replicas).
         env[CHECKPOINT_DIR_ENV] = f"{CHECKPOINTS_DIR}/{spec.resume_from or job_id}"
     return env
+
+
+def attempt_variable(annotation: str) -> dict[str, Any]:
+    """DISTRUN_RESTART, as on the local engine (0 for the job's first run, 1 after its first
+    restart, ...), from the pod annotation in which the controller that restarts the whole job
+    writes its count into every pod it makes (read through the downward API)."""
+    path = f"metadata.annotations['{annotation}']"
+    return {"name": RESTART_ENV, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
 def checkpoint_volumes(spec: JobSpec) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ a c10d rendezvous on master-0.
 
 from typing import Any
 
+from distrun.core.checkpoint_env import RESTART_ENV
 from distrun.core.elastic_agent import AGENT_ENV, RDZV_CONF
 from distrun.core.entrypoint import argv
 from distrun.core.errors import SpecError
@@ -184,7 +185,10 @@ def _template(
     role: str,
 ) -> dict[str, Any]:
     extra = {**AGENT_ENV, **spec.env} if spec.elastic is not None else {}
-    env = env_list({**base_env(spec, target.job_id), **extra, "DISTRUN_ROLE": role})
+    # The operator restarts a failed replica in its pod, never the job: the job's run stays
+    # the first, as on the local engine under %restart=replica.
+    first_run = {RESTART_ENV: "0"}
+    env = env_list({**base_env(spec, target.job_id), **extra, **first_run, "DISTRUN_ROLE": role})
     if framework.role(role).max_replicas == 1:
         # The MPI launcher carries no replica-index label; a single replica is index 0 anyway.
         env.append({"name": "DISTRUN_REPLICA_INDEX", "value": "0"})

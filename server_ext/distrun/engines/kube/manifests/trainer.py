@@ -19,6 +19,7 @@ from distrun.core.spec import JobSpec
 from distrun.engines.kube.manifests.common import (
     ClusterOptions,
     Target,
+    attempt_variable,
     base_env,
     checkpoint_mounts,
     checkpoint_volumes,
@@ -42,6 +43,9 @@ PATCH_MANAGER = "distrun.io/engine"
 LABEL_JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 LABEL_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+# JobSet writes its status.restarts into every pod it makes (constants.RestartsKey): a restart
+# of the whole group by the runtime's failurePolicy, the only restart a TrainJob gets.
+ANNOTATION_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 DEFAULT_RUNTIMES = {
     "pytorch": "torch-distributed",
     "jax": "jax-distributed",
@@ -90,7 +94,10 @@ def trainjob(
         "image": options.image(spec),
         "command": [options.python, LAUNCHER_PATH, *_user_argv(options, code)],
         "numNodes": spec.replica_count,
-        "env": env_list({**base_env(spec, target.job_id), "DISTRUN_GROUP": REPLICATED_JOB}),
+        "env": [
+            *env_list({**base_env(spec, target.job_id), "DISTRUN_GROUP": REPLICATED_JOB}),
+            attempt_variable(ANNOTATION_RESTART_ATTEMPT),
+        ],
     }
     if spec.framework == "pytorch":
         # Trainer's "auto" is one process per GPU, else per requested CPU: one per replica, as

@@ -14,7 +14,6 @@ one task per role as the plugins expect, no shell, and code that runs unchanged.
 
 from typing import Any
 
-from distrun.core.checkpoint_env import RESTART_ENV
 from distrun.core.entrypoint import argv
 from distrun.core.errors import SpecError
 from distrun.core.frameworks import FRAMEWORKS
@@ -25,6 +24,7 @@ from distrun.engines.kube.manifests.common import (
     CODE_DIR,
     ClusterOptions,
     Target,
+    attempt_variable,
     base_env,
     checkpoint_mounts,
     checkpoint_volumes,
@@ -151,13 +151,6 @@ def restart_policies(restart_policy: str) -> list[dict[str, Any]]:
     return [{"events": ["PodEvicted", "PodFailed"], "action": "RestartJob"}]
 
 
-def _attempt_variable() -> dict[str, Any]:
-    """DISTRUN_RESTART, as on the local engine (0 for the first run, 1 after the first
-    restart, ...): the controller writes the job's retry count into each pod it creates."""
-    path = f"metadata.annotations['{ANNOTATION_RETRY_COUNT}']"
-    return {"name": RESTART_ENV, "valueFrom": {"fieldRef": {"fieldPath": path}}}
-
-
 def _template(
     spec: JobSpec, target: Target, options: ClusterOptions, code: CodeBundle, role: str
 ) -> dict[str, Any]:
@@ -168,7 +161,7 @@ def _template(
         "image": options.image(spec),
         "command": [options.python, LAUNCHER_PATH, *argv(options.python, code.entrypoint)],
         "workingDir": CODE_DIR,
-        "env": [*env_list(env), _attempt_variable()],
+        "env": [*env_list(env), attempt_variable(ANNOTATION_RETRY_COUNT)],
         "ports": [{"name": framework.port_name[:15], "containerPort": framework.default_port}],
         "volumeMounts": [code.mount, *checkpoint_mounts(spec)],
         "securityContext": container_security(options),
