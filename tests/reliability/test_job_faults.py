@@ -11,8 +11,10 @@ machine may be heavily loaded, and the measured figure is printed.
 
 import json
 import os
+import shutil
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -292,3 +294,38 @@ def test_the_startup_timeout_is_a_positive_whole_number_of_seconds() -> None:
     with pytest.raises(SpecError, match="startup_timeout_seconds must be a whole number"):
         spec("print(1)", startup_timeout_seconds="soon")
     assert spec("print(1)").startup_timeout_seconds is None
+
+
+def process_ended(pid: int) -> bool:
+    """Gone, or a zombie its parent has not reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
+    except FileNotFoundError:
+        return True
+
+
+async def test_a_supervisor_whose_job_directory_is_removed_ends_and_says_why(
+    local_engine: LocalEngine,
+) -> None:
+    """The job's directory is deleted under the running job (by hand, or a state directory
+    wiped): nothing of the job can be recorded any more. The supervisor stops its replicas and
+    ends, its reason in words in its log, instead of waiting for ever for a replica whose end
+    its exit callback failed to announce (the status write raised in it)."""
+    code = "import time\nfor i in range(20):\n    print(i, flush=True)\n    time.sleep(0.1)\n"
+    job = await local_engine.submit(spec(code, replicas=2), "alice")
+    job_dir = local_engine._jobs_dir / job.id
+    await wait_for_job(local_engine, job, lambda j: j.state == JobState.RUNNING, "it to run")
+    supervisor = json.loads((job_dir / "supervisor.json").read_text())["pid"]
+    replicas = json.loads((job_dir / "status.json").read_text())["pids"]
+    with (job_dir / "supervisor.log").open() as log:
+        log.seek(0, os.SEEK_END)
+        shutil.rmtree(job_dir)
+        try:
+            await wait_until(lambda: process_ended(supervisor), "the supervisor to end", 60)
+        finally:  # no job directory: the engine's fixture cannot find it to stop it
+            if not process_ended(supervisor):
+                os.kill(supervisor, signal.SIGKILL)
+        said = log.read()
+    assert f"job {job.id}: its directory {job_dir} was removed while the job ran" in said, said
+    assert "Traceback" not in said, said
+    assert all(process_ended(pid) for pid in replicas.values())

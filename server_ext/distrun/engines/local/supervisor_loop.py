@@ -8,9 +8,11 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 import traceback
 from collections import deque
+from typing import Any
 
 from distrun.core.checkpoint_env import IMPORTS_FILE
 from distrun.core.errors import EngineError
@@ -66,11 +68,20 @@ _FILE_CLOCK_SLACK = 0.05
 ELASTIC_REJOIN_SECONDS = 30.0
 
 
+class JobDirectoryGone(EngineError):
+    """The job's directory was removed while its supervisor ran: nothing of it can be recorded
+    any more, so the supervisor stops its replicas and ends."""
+
+
 def run(launch: Launch) -> int:
     """Runs the job whose replicas `launch` started until it is over; 0 when all went well."""
     supervisor = Supervisor(launch)
     try:
         asyncio.run(supervisor.run())
+    except JobDirectoryGone as gone:
+        print(f"distrun supervisor: {gone}", file=sys.stderr, flush=True)
+        _record_crash(supervisor, gone)
+        return 1
     except BaseException as error:
         traceback.print_exc()
         _record_crash(supervisor, error)
@@ -177,6 +188,7 @@ class Supervisor:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         self._outcome = loop.create_future()
+        loop.set_exception_handler(self._on_callback_error)
         loop.add_signal_handler(signal.SIGTERM, self._on_cancel_signal)
         for status in self.status.replicas:
             self.replicas[status.name] = _Replica(
@@ -368,8 +380,16 @@ class Supervisor:
             replica.log(replica.splitter.feed(data))
 
     def _on_exit(self, replica: _Replica) -> None:
-        assert replica.process is not None
         exited = replica.exited  # a restart gives the replica a new one
+        try:
+            self._settle_exit(replica)
+        finally:  # whatever the bookkeeping raised, whoever waits for its end goes on
+            exited.set()
+        self._write_status()
+
+    def _settle_exit(self, replica: _Replica) -> None:
+        """The ended replica's state, and what its end means for the job."""
+        assert replica.process is not None
         if replica.pidfd is not None:
             asyncio.get_running_loop().remove_reader(replica.pidfd)
             os.close(replica.pidfd)
@@ -413,8 +433,6 @@ class Supervisor:
             status.state = JobState.FAILED
             status.reason = cause
             self._fail(replica, failure_text(status.name, cause))
-        exited.set()
-        self._write_status()
 
     def _may_restart(self, code: int) -> bool:
         plan = self.plan
@@ -627,6 +645,21 @@ class Supervisor:
         )
         self._finish(JobState.FAILED, reason, JobState.CANCELLED, "stopped: deadline exceeded")
 
+    def _on_callback_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """An exception in one of the loop's callbacks (a replica's output or exit, a timer)
+        leaves the job in a state nobody decides any more: the supervisor ends, as when its
+        own code fails (its replicas are stopped, the job recorded as failed where it can be),
+        instead of waiting for an outcome that will not come."""
+        error = context.get("exception")
+        if isinstance(error, OSError) and not self.files.dir.is_dir():
+            error = self._directory_gone()  # why, in words: its traceback says no more
+        if not isinstance(error, JobDirectoryGone):
+            loop.default_exception_handler(context)  # the traceback, in supervisor.log
+        if not isinstance(error, BaseException):
+            error = EngineError(str(context.get("message") or "an event loop callback failed"))
+        if self._outcome is not None and not self._outcome.done():
+            self._outcome.set_exception(error)
+
     def _on_cancel_signal(self) -> None:
         self._finish(JobState.CANCELLED, "cancelled by the user", JobState.CANCELLED, "cancelled")
 
@@ -681,7 +714,18 @@ class Supervisor:
                 task.cancel()
 
     def _write_status(self) -> None:
-        write_json_atomic(self.files.status, self.status.to_json())
+        try:
+            write_json_atomic(self.files.status, self.status.to_json())
+        except FileNotFoundError:
+            if self.files.dir.is_dir():
+                raise
+            raise self._directory_gone() from None
+
+    def _directory_gone(self) -> "JobDirectoryGone":
+        return JobDirectoryGone(
+            f"job {self.job_id}: its directory {self.files.dir} was removed while the job ran; "
+            "stopping its replicas (nothing of the job can be recorded any more)"
+        )
 
 
 def _signal_group(replica: _Replica, signum: int) -> None:
@@ -705,5 +749,5 @@ def _record_crash(supervisor: Supervisor, error: BaseException) -> None:
         status.reason = status.reason or f"the supervisor failed: {error!r}"
         status.finished_at = status.finished_at or time.time()
         status.finalized = True
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, JobDirectoryGone):
             supervisor._write_status()
