@@ -37,6 +37,9 @@ const { values: opts } = parseArgs({
     'waiting-interpreters': { type: 'string', default: '' },
     // CPU-bound processes (nice 0) running through the click-to-first-line runs: a busy machine.
     busy: { type: 'string', default: '0' },
+    // Each round's runs twice: with the log stream opened beside the submission (a ticket)
+    // and without (the stream opened once the POST answers, as before 2026-11-27).
+    'compare-early': { type: 'boolean', default: false },
     chromium: {
       type: 'string',
       default: process.env.CHROMIUM_PATH || '/usr/bin/chromium'
@@ -93,6 +96,7 @@ const RUN_KINDS = [
   runKind('button', true),
   runKind('key', true)
 ];
+const NO_EARLY = ', stream after the answer';
 const PLAIN_FIRST_LINE_CELL = 'print("rank", 0, flush=True)';
 const FLOOD_CELL = `%framework=generic\n%worker=1\n${printer(RATE, SECONDS)}`;
 const PLAIN_CELL = printer(RATE, SECONDS);
@@ -166,10 +170,15 @@ async function startLab() {
 function countStreamLines() {
   const Native = window.WebSocket;
   window.__distrunLines = 0;
+  window.__distrunNoEarly = false;
+  // The early stream (a ticket's) refused at once, without reaching the server: the
+  // extension then opens the job's own stream once the POST answers (the path before).
+  const early = url => String(url).includes('/distrun/streams/');
   window.WebSocket = class extends Native {
     constructor(url, protocols) {
-      super(url, protocols);
-      if (String(url).includes('/logs/stream')) {
+      const refused = window.__distrunNoEarly && early(url);
+      super(refused ? 'ws://127.0.0.1:65535/' : url, protocols);
+      if (String(url).includes('/logs/stream') || early(url)) {
         this.addEventListener('message', event => {
           const message = JSON.parse(event.data);
           if (message.type === 'runs') {
@@ -360,7 +369,8 @@ async function stagesOf(page, input, painted) {
     'POST -> answer': seen.submitted - seen.submit,
     '  of it: server, the cell to a spec': seen.server.spec,
     '  of it: server, engine submit': seen.server.submit,
-    'answer -> log stream open': seen.open - seen.submitted,
+    'answer -> log stream open (< 0: before it)': seen.open - seen.submitted,
+    'log stream open (after the input)': seen.open - input,
     'supervisor started the replicas (after the input)': fromInput(
       job.started_at
     ),
@@ -527,26 +537,35 @@ async function main() {
     await setCell(page, FIRST_LINE_CELL);
     const coldRun = await runToFirstLine(page, 'button');
     const plainRuns = [];
-    const runs = Object.fromEntries(RUN_KINDS.map(kind => [kind, []]));
+    const variants = opts['compare-early'] ? ['', NO_EARLY] : [''];
+    const kinds = variants.flatMap(variant =>
+      RUN_KINDS.map(kind => kind + variant)
+    );
+    const runs = Object.fromEntries(kinds.map(kind => [kind, []]));
     for (let round = 0; round < RUNS; round++) {
       plainRuns.push(await plainCellToOutput(page));
       // The same cell, unchanged, run three times in a row: first on a cell without output,
       // then again over the previous run's output; by button then key, or key then button.
       const [one, other] = round % 2 ? ['key', 'button'] : ['button', 'key'];
-      for (const [way, again] of [
-        [one, false],
-        [one, true],
-        [other, true]
-      ]) {
-        if (!again) {
-          await clearOutputs(page);
+      const order = round % 2 ? [...variants].reverse() : variants;
+      for (const variant of order) {
+        await page.evaluate(off => (window.__distrunNoEarly = off), !!variant);
+        for (const [way, again] of [
+          [one, false],
+          [one, true],
+          [other, true]
+        ]) {
+          if (!again) {
+            await clearOutputs(page);
+          }
+          // A person's pause before each run (the server prepares the next job meanwhile).
+          await page.waitForTimeout(PAUSE_MS);
+          const run = await runToFirstLine(page, way);
+          runs[runKind(way, again) + variant].push(run);
         }
-        // A person's pause before each run (the server prepares the next job meanwhile).
-        await page.waitForTimeout(PAUSE_MS);
-        const run = await runToFirstLine(page, way);
-        runs[runKind(way, again)].push(run);
       }
     }
+    await page.evaluate(() => (window.__distrunNoEarly = false));
     const spread = values => {
       const sorted = [...values].sort((a, b) => a - b);
       return `median ${ms(median(values))}, min ${ms(sorted[0])}, max ${ms(sorted[sorted.length - 1])}`;
@@ -558,10 +577,10 @@ async function main() {
     console.log(
       `Run distributed (3 replicas), the same unchanged cell -> first log line painted, from the input event:`
     );
-    for (const kind of RUN_KINDS) {
+    for (const kind of kinds) {
       const totals = runs[kind].map(run => run.total);
       console.log(
-        `  ${kind.padEnd(36)} ${spread(totals)} (${totals.length} runs): ` +
+        `  ${kind.padEnd(62)} ${spread(totals)} (${totals.length} runs): ` +
           `${(median(totals) / plainMedian).toFixed(2)}x the plain cell`
       );
     }
@@ -569,7 +588,7 @@ async function main() {
       `  cold (the server's first job, by button) ${ms(coldRun.total)}: ` +
         `${(coldRun.total / plainMedian).toFixed(2)}x the plain cell`
     );
-    for (const kind of RUN_KINDS) {
+    for (const kind of kinds) {
       printStages(
         `where the time of a run ${kind} went (medians of ${runs[kind].length}):`,
         runs[kind].map(run => run.stages)

@@ -30,7 +30,11 @@ async def anonymous_holes(
     """Every (method, route) that does not refuse these credentials, with what it answered."""
     holes = []
     for template, handler in distrun_routes(serverapp).items():
-        path = template.removeprefix("/distrun/").replace("{job_id}", job_id)
+        path = (
+            template.removeprefix("/distrun/")
+            .replace("{job_id}", job_id)
+            .replace("{ticket}", "a-ticket-of-16-chars")
+        )
         implemented = {method.upper() for method in handler_methods(handler)}
         for method in METHODS:
             reply = await api.call(method, path, headers=credentials)

@@ -21,6 +21,7 @@ EXPECTED_ROUTES = {
     "/distrun/sweeps",
     "/distrun/sweeps/{sweep_id}",
     "/distrun/sweeps/{sweep_id}/cancel",
+    "/distrun/streams/{ticket}",
 }
 SPEC = {"framework": "generic", "code": ""}
 
@@ -38,7 +39,11 @@ async def test_every_route_and_method_rejects_requests_without_a_valid_token(
     )
     checked = 0
     for template, handler in distrun_routes(jp_serverapp).items():
-        path = template.replace("{job_id}", job["id"]).replace("{sweep_id}", "sweep-abc123")
+        path = (
+            template.replace("{job_id}", job["id"])
+            .replace("{sweep_id}", "sweep-abc123")
+            .replace("{ticket}", "a-ticket-of-16-chars")
+        )
         url = "/a%40b" + path
         for method in handler_methods(handler):
             body = "{}" if method in ("post", "put", "patch") else None
@@ -48,7 +53,7 @@ async def test_every_route_and_method_rejects_requests_without_a_valid_token(
             assert response.code in (401, 403), (method, url, response.code)
             assert b"Traceback" not in response.body
             checked += 1
-    assert checked == 17
+    assert checked == 18
     assert fake_engine.job(job["id"]).state.value == "pending"  # the anonymous cancel did nothing
 
 

@@ -14,7 +14,8 @@ import {
   IScalarsReport,
   ISubmitCell,
   ISweep,
-  REST_API_VERSION
+  REST_API_VERSION,
+  STREAM_TICKET_HEADER
 } from './model';
 
 /** A failed request: the HTTP status (0 when the server was unreachable) and its message. */
@@ -100,10 +101,21 @@ export function openTensorBoard(id: string): Promise<{ url: string }> {
   );
 }
 
-export function submitCell(body: ISubmitCell): Promise<IJob> {
+/**
+ * Submits a cell. `streamTicket`: the ticket of a log stream opened for this job before it
+ * exists (common/earlystream.ts); the server has it follow the job before it answers.
+ */
+export function submitCell(
+  body: ISubmitCell,
+  streamTicket?: string
+): Promise<IJob> {
+  const headers: Record<string, string> = streamTicket
+    ? { [STREAM_TICKET_HEADER]: streamTicket }
+    : {};
   return requestAPI<IJob>('jobs', {
     method: 'POST',
-    body: JSON.stringify(body)
+    body: JSON.stringify(body),
+    headers
   });
 }
 
@@ -132,6 +144,31 @@ export function logStreamUrl(
     encodeURIComponent(id),
     'logs/stream'
   );
+  return withStreamQuery(base, since, usageSince, settings);
+}
+
+/**
+ * The websocket URL of the log stream of the job to be submitted with `ticket`, from its
+ * first line (the server's stream_tickets.py).
+ */
+export function ticketStreamUrl(
+  ticket: string,
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): string {
+  const base = URLExt.join(
+    settings.wsUrl,
+    'distrun/streams',
+    encodeURIComponent(ticket)
+  );
+  return withStreamQuery(base, '', 0, settings);
+}
+
+function withStreamQuery(
+  base: string,
+  since: string,
+  usageSince: number,
+  settings: ServerConnection.ISettings
+): string {
   const query: string[] = [];
   if (since) {
     query.push(`since=${encodeURIComponent(since)}`);

@@ -134,6 +134,12 @@ export const STREAM_PROTOCOLS = [
 ];
 
 /**
+ * The header that names the ticket of a log stream opened before its job exists
+ * (server_ext/distrun/server/stream_tickets.py); a server without it ignores the header.
+ */
+export const STREAM_TICKET_HEADER = 'Distrun-Stream-Ticket';
+
+/**
  * The version of the REST resources this extension parses, sent with every request in the
  * `Distrun-API-Version` header (server_ext/distrun/core/api_versions.py): a server that does
  * not serve it answers 406 with a message saying so.

@@ -6,6 +6,7 @@
 import { IDisposable } from '@lumino/disposable';
 
 import { logStreamUrl } from './api';
+import { IEarlySocket, takeEarlyStream } from './earlystream';
 import { LogBuffer } from './logbuffer';
 import { linesOfRuns } from './runs';
 import { traceMark } from './trace';
@@ -51,6 +52,11 @@ export class JobStream implements IDisposable {
     if (this._disposed || this._finished) {
       return;
     }
+    const early = this._opened ? null : takeEarlyStream(this.jobId);
+    if (early) {
+      this._adopt(early);
+      return;
+    }
     const socket = new WebSocket(
       logStreamUrl(this.jobId, this._since(), this._usageNext),
       STREAM_PROTOCOLS
@@ -59,6 +65,23 @@ export class JobStream implements IDisposable {
       socket.onopen = () => traceMark('stream-open', this.jobId);
       this._opened = true;
     }
+    this._listen(socket);
+  }
+
+  /** Takes over the socket opened before the job existed, and what it received meanwhile. */
+  private _adopt({ socket, held, closed }: IEarlySocket): void {
+    this._opened = true;
+    this._early = true;
+    this._listen(socket);
+    for (const event of held) {
+      this._onMessage(event);
+    }
+    if (closed) {
+      this._onClose(closed);
+    }
+  }
+
+  private _listen(socket: WebSocket): void {
     socket.onmessage = event => this._onMessage(event);
     socket.onclose = event => this._onClose(event);
     this._socket = socket;
@@ -86,6 +109,7 @@ export class JobStream implements IDisposable {
       return;
     }
     this._attempts = 0;
+    this._early = false;
     switch (message.type) {
       case 'runs':
         if (!this._linesSeen) {
@@ -127,6 +151,12 @@ export class JobStream implements IDisposable {
     if (this._disposed || this._finished) {
       return;
     }
+    if (this._early) {
+      // Refused before its first message (a server without stream tickets): the job's own.
+      this._early = false;
+      this.connect();
+      return;
+    }
     if (event.code === 4404 || event.code === 4400) {
       this._finished = true;
       this._handlers.error(event.reason || `log stream closed (${event.code})`);
@@ -140,6 +170,7 @@ export class JobStream implements IDisposable {
 
   private _socket: WebSocket | null = null;
   private _opened = false; // traced: the first connect only
+  private _early = false; // on the socket opened before the job existed, no message yet
   private _linesSeen = false;
   private _usageNext = 0; // the usage sample to resume from
   private _attempts = 0;

@@ -21,6 +21,7 @@ import {
   isTerminal,
   ISubmitCell
 } from '../common/model';
+import { EarlyStream } from '../common/earlystream';
 import { JOB_MIME_TYPE } from '../common/tokens';
 import { traceMark } from '../common/trace';
 
@@ -99,14 +100,18 @@ export async function runCellDistributed(
     body.overrides = overrides;
   }
   const outputs = target.model.outputs;
+  // The job's log stream opens beside the submission (just after it), not after its answer.
+  const early = new EarlyStream();
   traceMark('submit');
   // The request is on its way before the previous run's output is taken down (its view
   // disposed, the cell laid out again): run again, that work overlaps the round trip.
-  const submitted = submitCell(body);
+  const submitted = submitCell(body, early.ticket);
+  early.open();
   outputs.clear();
   try {
     const job = await submitted;
     traceMark('submitted', job.id);
+    early.claim(job.id);
     outputs.add(
       jobOutput(
         job,
@@ -115,6 +120,7 @@ export async function runCellDistributed(
     );
     return { job };
   } catch (error) {
+    early.dispose();
     outputs.add(errorOutput((error as Error).message));
     const refusal =
       error instanceof DistrunAPIError

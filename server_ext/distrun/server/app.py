@@ -28,6 +28,7 @@ from distrun.engines.protocol import Engine
 from distrun.engines.registry import EngineRegistry, build_engine
 from distrun.server.metric_reads import MetricReads
 from distrun.server.routes import routes
+from distrun.server.stream_tickets import StreamTickets
 from distrun.server.tensorboard import TensorBoards
 
 EngineFactory = Callable[["DistrunApp"], Engine]
@@ -147,6 +148,7 @@ class DistrunApp(ExtensionApp):
         self.metric_reads = MetricReads()  # what jobs' logs reported, read on per request
         self._token_file: Path | None = None
         self.tensorboards = TensorBoards()  # started on demand, one a job
+        self.stream_tickets = StreamTickets()  # log streams opened before their job exists
 
     @property
     def registry(self) -> EngineRegistry:

@@ -40,6 +40,7 @@ from distrun.server.params import (
     parse_replicas,
     parse_since,
 )
+from distrun.server.stream_tickets import STREAM_TICKET_HEADER, parse_ticket
 
 if TYPE_CHECKING:
     from distrun.server.app import DistrunApp
@@ -228,6 +229,18 @@ class JobsHandler(CellHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
+        ticket = parse_ticket(self.request.headers.get(STREAM_TICKET_HEADER))
+        try:
+            job = await self._submit()
+        except BaseException:
+            if ticket is not None:  # its socket hears that the submission made no job
+                self.app.stream_tickets.settle(self.owner, ticket, None)
+            raise
+        if ticket is not None:  # its socket follows the job before the answer is written
+            self.app.stream_tickets.settle(self.owner, ticket, job.id)
+        self.finish(job.to_json())
+
+    async def _submit(self) -> Job:
         started = time.perf_counter()
         body = self.json_body()
         if ("spec" in body) == ("cell" in body):
@@ -251,7 +264,7 @@ class JobsHandler(CellHandler):
         self.set_header("Server-Timing", server_timing(timing))
         self.set_status(201)
         self.set_header("Location", self.job_url(job.id))
-        self.finish(job.to_json())
+        return job
 
     async def _spec_from_cell(self, body: dict[str, Any]) -> JobSpec:
         check_keys(body, {"cell", "overrides", "cwd"})

@@ -174,9 +174,10 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
 
     @ws_authenticated
     @authorized
-    async def get(self, job_id: str) -> None:
+    async def get(self, **path: str) -> None:
+        """`path`: the job's id, or the ticket of a submission (server/stream_tickets.py)."""
         self.owner = self.app.owner_of(self.current_user)
-        await super().get(job_id)
+        await super().get(**path)
 
     def select_subprotocol(self, subprotocols: list[str]) -> str | None:
         """The first version offered that is served; none offered: version 1; none served: the
@@ -191,11 +192,16 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
     unserved: list[str] | None = None
     _usage: "asyncio.Task[None] | None" = None
 
-    def open(self, job_id: str) -> None:
-        super().open(job_id)
+    def open(self, job_id: str | None = None, ticket: str | None = None) -> None:
+        super().open()
         # Without it, Nagle's algorithm and delayed ACKs hold small frames back ~40 ms.
         self.set_nodelay(True)
-        work = self._refuse_protocol() if self.unserved is not None else self._stream(job_id)
+        if self.unserved is not None:
+            work = self._refuse_protocol()
+        elif ticket is not None:
+            work = self._stream_ticketed(ticket)
+        else:
+            work = self._stream(str(job_id))
         self._task = asyncio.create_task(work)
         self.app.track(self._task, self)
 
@@ -257,6 +263,16 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
         except Exception:
             self.log.exception("distrun log stream for %s failed", job_id)
             await self._close_with_error({"message": "internal error"}, WS_CLOSE_INTERNAL_ERROR)
+
+    async def _stream_ticketed(self, ticket: str) -> None:
+        """The stream of the job this user submits with `ticket`, once submitted."""
+        try:
+            self._check_stream_limit()
+            job_id = await self.app.stream_tickets.job_of(self.owner, ticket)
+        except DistrunError as err:
+            await self._close_with_error(error_body(err), ws_close_code(err))
+            return
+        await self._stream(job_id)
 
     async def _open_follower(self, job_id: str) -> tuple[AsyncIterator[LogEvent], Job]:
         """The engine's follower of the job, after its status has gone out (unless the job has

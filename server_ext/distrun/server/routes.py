@@ -11,6 +11,7 @@ from distrun.server.handlers import (
 )
 from distrun.server.log_stream import LogStreamHandler
 from distrun.server.scalars import ScalarsHandler
+from distrun.server.stream_tickets import TICKET_PATTERN
 from distrun.server.sweeps import (
     MetricsHandler,
     SweepCancelHandler,
@@ -32,6 +33,7 @@ def routes() -> list[tuple[str, type[web.RequestHandler]]]:
         (job + r"/cancel", CancelHandler),
         (job + r"/logs", LogsHandler),
         (job + r"/logs/stream", LogStreamHandler),
+        (rf"distrun/streams/(?P<ticket>{TICKET_PATTERN})", LogStreamHandler),
         (job + r"/usage", UsageHandler),
         (job + r"/scalars", ScalarsHandler),
         (job + r"/tensorboard", TensorBoardHandler),
