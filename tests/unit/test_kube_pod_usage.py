@@ -8,10 +8,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from distrun.core.errors import EngineError, NotFound
 from distrun.core.job import JobState
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.client import Obj, Resource
+from distrun.engines.kube.engine import KubeEngine
 from distrun.engines.kube.kubeflow import KubeflowEngine
 from distrun.engines.kube.manifests.kubeflow import (
     LABEL_JOB_NAME,
@@ -19,6 +22,8 @@ from distrun.engines.kube.manifests.kubeflow import (
     LABEL_REPLICA_TYPE,
 )
 from distrun.engines.kube.pod_usage import NOT_INSTALLED, POD_METRICS, PodUsage
+from distrun.engines.kube.trainer import TrainerEngine
+from distrun.engines.kube.volcano import VolcanoEngine
 
 SPEC = JobSpec.from_dict(
     {
@@ -174,3 +179,40 @@ async def test_following_without_metrics_server_ends_at_once() -> None:
     engine._leave_feed = leave  # type: ignore[assignment]
     assert [update async for update in engine.follow_usage("a", "alice")] == []
     await engine.close()
+
+
+GPU_SPEC = JobSpec.from_dict(
+    {
+        "framework": "pytorch",
+        "code": "x = 1\n",
+        "roles": {
+            "master": {"replicas": 1},
+            "worker": {"replicas": 2, "resources": {"gpu": 1, "memory": "4Gi"}},
+        },
+    }
+)
+
+
+@pytest.mark.parametrize("engine_class", [KubeflowEngine, TrainerEngine, VolcanoEngine])
+@pytest.mark.parametrize("error", [None, NotFound("not served")])
+async def test_each_engine_says_a_requested_gpu_is_not_reported(
+    engine_class: type[KubeEngine], error: Exception | None
+) -> None:
+    engine = engine_class()
+    engine._usage = PodUsage(interval=60)
+    result = await engine._usage_of(MetricsApi([], error), "team", "a", GPU_SPEC, 0)  # type: ignore[arg-type]
+    assert result.notes == [
+        (
+            "GPU: not reported by metrics.k8s.io for worker-0, worker-1, which requested a "
+            "GPU: the cluster reports GPU use through NVIDIA's DCGM exporter and Prometheus, "
+            "which distrun does not read yet"
+        )
+    ]
+    assert result.to_json()["notes"] == result.notes
+    assert result.available is (error is None)
+    await engine.close()
+
+
+async def test_a_job_without_a_gpu_has_no_gpu_note() -> None:
+    result = await report(PodUsage(interval=60), MetricsApi([]), "a")
+    assert result.notes == [] and result.to_json()["notes"] == []

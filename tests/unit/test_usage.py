@@ -1,8 +1,11 @@
 """Usage samples: their JSON, the words for sizes and out-of-memory ends, each replica's limit,
 the `distrun top` table, and the bounded series on disk read across its compaction."""
 
+from argparse import Namespace
 from pathlib import Path
+from typing import Any
 
+from distrun.client.cli import cmd_top
 from distrun.client.usage_table import usage_table
 from distrun.core.spec import JobSpec
 from distrun.core.usage import (
@@ -91,3 +94,33 @@ def test_the_series_stays_bounded_and_a_reader_goes_on_across_its_compaction(tmp
     assert [s.seq for s in UsageTail(path, since=6).read()] == [6, 7]
     path.write_bytes(path.read_bytes() + b'{"torn": ')  # an unfinished record is not read
     assert [s.seq for s in UsageTail(path, since=7).read()] == [7]
+
+
+class TopClient:
+    """What `distrun top` asks of a client: the job and its usage report."""
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        self.report = report
+
+    async def get_job(self, job_id: str) -> dict[str, Any]:
+        return {"replicas": [{"name": "worker-0", "state": "running"}]}
+
+    async def usage(self, job_id: str, since: int = 0) -> dict[str, Any]:
+        return self.report
+
+
+NOTE = "GPU: not reported by metrics.k8s.io for worker-0, which requested a GPU: ..."
+
+
+async def test_top_prints_what_the_engine_cannot_measure_under_the_table(capsys: Any) -> None:
+    sample = UsageSample(0, 1.0, {"worker-0": ReplicaUsage(50, GiB, 0)})
+    report = {"available": True, "samples": [sample.to_json()], "notes": [NOTE]}
+    assert await cmd_top(TopClient(report), Namespace(job_id="a")) == 0  # type: ignore[arg-type]
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("REPLICA") and out[-1] == f"[distrun] {NOTE}"
+    absent = {"available": False, "reason": "metrics-server is not installed", "notes": [NOTE]}
+    assert await cmd_top(TopClient(absent), Namespace(job_id="a")) != 0  # type: ignore[arg-type]
+    assert capsys.readouterr().err.splitlines() == [
+        "distrun: metrics-server is not installed",
+        f"[distrun] {NOTE}",
+    ]

@@ -14,6 +14,7 @@ import {
   IScalarsReport,
   ISubmitCell,
   ISweep,
+  IUsageReport,
   REST_API_VERSION,
   STREAM_TICKET_HEADER
 } from './model';
@@ -91,6 +92,13 @@ export function getJob(id: string): Promise<IJob> {
 
 export function getScalars(id: string): Promise<IScalarsReport> {
   return requestAPI<IScalarsReport>(`jobs/${encodeURIComponent(id)}/scalars`);
+}
+
+/** The job's usage from sample `since` on (the live samples come on the log websocket). */
+export function getUsage(id: string, since = 0): Promise<IUsageReport> {
+  return requestAPI<IUsageReport>(
+    `jobs/${encodeURIComponent(id)}/usage?since=${since}`
+  );
 }
 
 /** Starts (or finds) TensorBoard on the job's scalars; answers where it is served. */

@@ -231,6 +231,19 @@ export interface ISweep {
 }
 
 /** `GET /distrun/jobs/{id}/scalars`: replica -> TensorBoard tag -> [step, value] points. */
+/** `GET /distrun/jobs/{id}/usage` (core/usage.py's UsageReport). */
+export interface IUsageReport {
+  available: boolean;
+  /** Why the engine does not sample this job, where it does not. */
+  reason: string | null;
+  interval_seconds: number | null;
+  memory_limits: Record<string, number>;
+  samples: IUsageSample[];
+  next: number | null;
+  /** What it cannot measure of this job, in words (a GPU metrics-server does not report). */
+  notes: string[];
+}
+
 export interface IScalarsReport {
   available: boolean;
   reason: string | null;

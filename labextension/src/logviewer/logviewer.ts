@@ -19,10 +19,11 @@ import { CommandRegistry } from '@lumino/commands';
 import { Panel, Widget } from '@lumino/widgets';
 
 import { appendAnsi, plainText } from '../common/ansi';
+import { getUsage } from '../common/api';
 import { appendFrameLine } from '../common/sourceframes';
 import { ScalarsPoller } from './scalars';
 import { TimelinePanel } from './timelinepanel';
-import { UsageStore } from './usagestore';
+import { UsageStore, usageNotes } from './usagestore';
 import { replicaColorIndex, replicaPrefix } from '../common/colors';
 import { formatStatus } from '../common/format';
 import { distrunIcon } from '../common/icons';
@@ -169,6 +170,9 @@ export class LogViewer extends Panel {
       this._scalars.start();
     } else {
       this._scalars.stop();
+    }
+    if (tab === 'usage') {
+      this._askUsageNotes();
     }
     for (const [name, button] of this._tabButtons) {
       button.setAttribute('aria-selected', String(name === tab));
@@ -466,6 +470,28 @@ export class LogViewer extends Panel {
         row.append(this._prefix(replica), this._textNode(text, false));
         return row;
       })
+    );
+  }
+
+  /**
+   * Once, what the engine cannot measure of this job, in words over the Usage charts: why it
+   * does not sample at all, or a GPU metrics-server does not report (docs/observability.md).
+   */
+  private _askUsageNotes(): void {
+    if (this._usageNotesAsked) {
+      return;
+    }
+    this._usageNotesAsked = true;
+    // No samples wanted (they come on the log stream): the largest `since` there is.
+    getUsage(this.jobId, Number.MAX_SAFE_INTEGER).then(
+      report => {
+        const reason =
+          report.available || !report.reason ? [] : [report.reason];
+        this._usage.setNotes([...reason, ...(report.notes ?? [])]);
+      },
+      () => {
+        this._usageNotesAsked = false; // asked again when the tab is shown again
+      }
     );
   }
 
@@ -780,6 +806,7 @@ export class LogViewer extends Panel {
   private readonly _list: VirtualList;
   private readonly _metrics: MetricsPanel;
   private readonly _usage: MetricsPanel;
+  private _usageNotesAsked = false;
   private readonly _usageStore: UsageStore;
   private readonly _timeline: TimelinePanel;
   private readonly _scalars: ScalarsPoller;

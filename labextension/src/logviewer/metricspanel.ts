@@ -65,7 +65,22 @@ export class MetricsPanel extends Widget {
       chartTestId: _options.chartTestId,
       onChoose: () => this._draw()
     });
-    this.node.append(...this._chart.nodes);
+    this._notes.className = 'jp-distrun-MetricsPanel-notes';
+    this._notes.dataset.testId = `${_options.testId}-notes`;
+    this._notes.hidden = true;
+    this.node.append(this._notes, ...this._chart.nodes);
+  }
+
+  /** Says in words what the chart cannot show (what the engine does not measure). */
+  setNotes(notes: readonly string[]): void {
+    this._notes.replaceChildren(
+      ...notes.map(note => {
+        const line = document.createElement('p');
+        line.textContent = note;
+        return line;
+      })
+    );
+    this._notes.hidden = notes.length === 0;
   }
 
   /** Redraws when metrics changed (throttled); cheap to call on every frame. */
@@ -133,6 +148,7 @@ export class MetricsPanel extends Widget {
   }
 
   private readonly _chart: MetricChart;
+  private readonly _notes = document.createElement('div');
   private _drawnVersion = -1;
   private _lastDraw = 0;
   private _timer = 0;

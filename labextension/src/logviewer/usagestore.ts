@@ -5,13 +5,24 @@
  */
 
 import { IChartLimit } from '../common/chart';
-import { IJobSpec, IUsageSample } from '../common/model';
+import { IJobSpec, IUsageReport, IUsageSample } from '../common/model';
 import { ITrans } from '../common/trans';
 import { roleMemoryLimits } from '../common/usage';
 import { DEFAULT_MAX_POINTS, MetricSeries } from './metrics';
 import { IMeasureSource } from './metricspanel';
 
 const MiB = 1024 * 1024;
+
+/**
+ * What the Usage tab says in words over its charts: why the engine does not sample the job,
+ * where it does not, and what it cannot measure of it (the server's own sentences).
+ */
+export function usageNotes(
+  report: Pick<IUsageReport, 'available' | 'reason' | 'notes'>
+): string[] {
+  const reason = !report.available && report.reason ? [report.reason] : [];
+  return [...reason, ...(report.notes ?? [])];
+}
 
 export class UsageStore implements IMeasureSource {
   constructor(

@@ -521,13 +521,15 @@ async def cmd_status(client: Client, args: argparse.Namespace) -> int:
 async def cmd_top(client: Client, args: argparse.Namespace) -> int:
     job = await client.get_job(args.job_id)
     report = await client.usage(args.job_id)
+    # What the engine cannot measure of the job (a GPU metrics-server does not report).
+    notes = "".join(f"\n[distrun] {note}" for note in report.get("notes") or [])
     if not report.get("available"):
-        print(f"distrun: {report.get('reason')}", file=sys.stderr, flush=True)
+        print(f"distrun: {report.get('reason')}{notes}", file=sys.stderr, flush=True)
         return EXIT_FAILED
     if not report.get("samples"):
-        _print(f"[distrun] no usage sampled yet for {args.job_id}")
+        _print(f"[distrun] no usage sampled yet for {args.job_id}{notes}")
         return EXIT_SUCCEEDED
-    _print(usage_table(job, report))
+    _print(usage_table(job, report) + notes)
     return EXIT_SUCCEEDED
 
 

@@ -84,13 +84,15 @@ class UsageUpdate:
 class UsageReport:
     """What an engine can say of a job's usage: the samples after `since` that it still keeps
     (the newest ones; older ones were dropped to keep the series bounded), each replica's
-    memory limit in bytes where the spec set one, and, when it does not sample, why."""
+    memory limit in bytes where the spec set one, when it does not sample, why, and what it
+    cannot measure of this job, in words (`notes`: a GPU the cluster does not report)."""
 
     available: bool
     reason: str | None = None
     interval_seconds: float | None = None
     samples: list[UsageSample] = field(default_factory=list)
     memory_limits: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def next_seq(self) -> int | None:
@@ -105,6 +107,7 @@ class UsageReport:
             "memory_limits": self.memory_limits,
             "samples": [sample.to_json() for sample in self.samples],
             "next": self.next_seq,
+            "notes": self.notes,
         }
 
 
@@ -116,6 +119,15 @@ def memory_limits(spec: JobSpec) -> dict[str, int]:
         if memory is not None:
             limits[name] = int(quantity_value(memory))
     return limits
+
+
+def gpu_replicas(spec: JobSpec) -> list[str]:
+    """The replicas whose role requests a GPU (whole, a share, a MIG slice or GPU memory)."""
+    return [
+        name
+        for name in spec.replica_names()
+        if spec.roles[name.rpartition("-")[0]].resources.gpu_request.wanted
+    ]
 
 
 def peak_rss(samples: list[UsageSample], replica: str) -> int | None:

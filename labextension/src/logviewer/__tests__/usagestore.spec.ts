@@ -1,4 +1,4 @@
-import { UsageStore } from '../usagestore';
+import { UsageStore, usageNotes } from '../usagestore';
 import { ITrans } from '../../common/trans';
 
 const trans: ITrans = { __: (msgid: string) => msgid };
@@ -70,5 +70,29 @@ describe('UsageStore', () => {
     expect(limits.map(limit => limit.y)).toEqual([2048, 500e6 / MiB]);
     expect(limits.map(limit => limit.label)).toEqual(['%1 limit', '%1 limit']);
     expect(store.limits('CPU (%, 100 = one core)')).toEqual([]);
+  });
+});
+
+describe('usageNotes', () => {
+  const gpu =
+    'GPU: not reported by metrics.k8s.io for worker-0, which requested a GPU: ...';
+
+  it('says what the engine cannot measure, and why it does not sample', () => {
+    expect(usageNotes({ available: true, reason: null, notes: [gpu] })).toEqual(
+      [gpu]
+    );
+    expect(
+      usageNotes({
+        available: false,
+        reason: 'metrics-server is not installed in this cluster: no usage',
+        notes: [gpu]
+      })
+    ).toEqual([
+      'metrics-server is not installed in this cluster: no usage',
+      gpu
+    ]);
+    expect(usageNotes({ available: true, reason: null, notes: [] })).toEqual(
+      []
+    );
   });
 });

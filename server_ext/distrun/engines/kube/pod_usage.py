@@ -16,7 +16,14 @@ from collections.abc import Callable
 from distrun.core.errors import DistrunError, NotFound
 from distrun.core.quantities import quantity_value
 from distrun.core.spec import JobSpec
-from distrun.core.usage import ReplicaUsage, UsageReport, UsageSample, memory_limits, peak_rss
+from distrun.core.usage import (
+    ReplicaUsage,
+    UsageReport,
+    UsageSample,
+    gpu_replicas,
+    memory_limits,
+    peak_rss,
+)
 from distrun.engines.kube.client import KubeApi, Obj, Resource
 
 POD_METRICS = Resource("metrics.k8s.io", "v1beta1", "pods")
@@ -25,7 +32,23 @@ KEPT_SAMPLES = 720  # per job: three hours at POLL_SECONDS
 KEPT_JOBS = 512  # series kept in memory, the least recently read dropped first
 NOT_INSTALLED = "metrics-server is not installed in this cluster: no usage"
 
+GPU_NOT_REPORTED = "GPU: not reported by metrics.k8s.io"
+
 ReplicaOf = Callable[[Obj], str | None]
+
+
+def gpu_notes(spec: JobSpec) -> list[str]:
+    """What the report cannot say of the replicas that requested a GPU: metrics-server has no
+    GPU figures (NVIDIA's DCGM exporter does, read through Prometheus; docs/observability.md)."""
+    replicas = gpu_replicas(spec)
+    if not replicas:
+        return []
+    note = (
+        f"{GPU_NOT_REPORTED} for {', '.join(replicas)}, which requested a GPU: the cluster "
+        "reports GPU use through NVIDIA's DCGM exporter and Prometheus, which distrun does "
+        "not read yet"
+    )
+    return [note]
 
 
 def selector_matches(selector: str, labels: dict[str, str]) -> bool:
@@ -128,12 +151,13 @@ class PodUsage:
         if metrics is None:
             metrics = self._namespaces[namespace] = NamespaceMetrics(namespace, self.interval)
         await metrics.fresh(api)
+        notes = gpu_notes(spec)
         if metrics.error is not None:
-            return UsageReport(False, metrics.error)
+            return UsageReport(False, metrics.error, notes=notes)
         series = self._series(namespace, job_id)
         series.take(metrics, selector, lambda item: replica_of(item, spec))
         samples = [sample for sample in series.samples if sample.seq >= since]
-        return UsageReport(True, None, self.interval, samples, memory_limits(spec))
+        return UsageReport(True, None, self.interval, samples, memory_limits(spec), notes)
 
     def peaks(self, namespace: str, job_id: str) -> dict[str, int]:
         """Each replica's largest working set in the job's series; empty when nobody read
