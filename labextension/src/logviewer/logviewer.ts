@@ -484,11 +484,7 @@ export class LogViewer extends Panel {
     this._usageNotesAsked = true;
     // No samples wanted (they come on the log stream): the largest `since` there is.
     getUsage(this.jobId, Number.MAX_SAFE_INTEGER).then(
-      report => {
-        const reason =
-          report.available || !report.reason ? [] : [report.reason];
-        this._usage.setNotes([...reason, ...(report.notes ?? [])]);
-      },
+      report => this._usage.setNotes(usageNotes(report)),
       () => {
         this._usageNotesAsked = false; // asked again when the tab is shown again
       }
