@@ -371,8 +371,12 @@ async function stagesOf(page, input, painted) {
     '  of it: server, engine submit': seen.server.submit,
     'answer -> log stream open (< 0: before it)': seen.open - seen.submitted,
     'log stream open (after the input)': seen.open - input,
+    'job created by the engine (after the input)': fromInput(job.created_at),
     'supervisor started the replicas (after the input)': fromInput(
       job.started_at
+    ),
+    'first replica handed over (after the input)': fromInput(
+      Math.min(...job.replicas.map(replica => replica.started_at ?? Infinity))
     ),
     'first line captured (after the input)': fromInput(
       Math.min(...logs.lines.map(line => line[2]))

@@ -62,7 +62,7 @@ export class EarlyStream {
       socket?.close();
       return null;
     }
-    socket.onopen = socket.onmessage = socket.onclose = null;
+    socket.onmessage = socket.onclose = null; // onopen stays: it traces the open
     return { socket, held: this._held, closed: this._closed };
   }
 
