@@ -122,3 +122,15 @@ async def test_a_jobs_anchors_from_every_replica_wait_the_flush_and_go_in_one_wr
 def test_a_claim_sooner_than_the_live_followers_next_written_anchor_is_refused_in_words() -> None:
     with pytest.raises(ValueError, match="must be more than log_anchor_seconds"):
         AnchorPolicy(every_seconds=30.0, flush_seconds=60.0, claim_after=60.0)
+
+
+async def test_loads_asked_for_together_share_one_read_and_a_later_one_reads_again() -> None:
+    fake = FakeConfigMaps()
+    fake.write({"a": "1"})
+    ledger = store(fake)
+    await asyncio.gather(*(ledger.load() for _ in range(8)))  # a job's replicas starting
+    assert fake.calls == ["GET"]
+    fake.write({"a": "2"})
+    await ledger.load()
+    assert fake.calls == ["GET", "GET"]
+    assert ledger._held is not None and ledger._held["metadata"]["annotations"] == {"a": "2"}

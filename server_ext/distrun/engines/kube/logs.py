@@ -236,8 +236,17 @@ class LedgerStore:
         self._unwritten: dict[tuple[str, str], list[Anchor]] = {}
         self._flush: asyncio.Task[None] | None = None
         self._held: dict[str, Any] | None = None  # the ConfigMap as last read or written here
+        self._loading: asyncio.Future[None] | None = None  # the read in flight
 
     async def load(self) -> Ledger:
+        """The ledger as the API server has it now. Loads asked for while one is in flight
+        share its answer: a job's replicas' followers start together, and each loads."""
+        if self._loading is None or self._loading.done():
+            self._loading = asyncio.ensure_future(self._read())
+        await asyncio.shield(self._loading)
+        return self.ledger
+
+    async def _read(self) -> None:
         try:
             configmap = await self.api.get(
                 CONFIGMAPS, self.namespace, self.name, "read the log ledger"
@@ -245,7 +254,6 @@ class LedgerStore:
         except NotFound:
             configmap = {}
         self._take(configmap)
-        return self.ledger
 
     def _take(self, configmap: dict[str, Any]) -> None:
         self._held = configmap or None
