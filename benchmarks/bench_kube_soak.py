@@ -255,6 +255,7 @@ class PhaseResult:
     refused: int = 0  # viewers the server refused (each error says why)
     busiest: list[tuple[str, int]] = field(default_factory=list)
     warm_up: tuple[float, int, int] = (0.0, 0, 0)  # seconds, requests less quiet's, caught up
+    warm_busiest: list[tuple[str, int]] = field(default_factory=list)  # served most meanwhile
     lag: tuple[float, float] | None = None  # p99, max
     rss_mib: list[float] = field(default_factory=list)  # at the start, middle and end
     pods: int = 0
@@ -317,6 +318,7 @@ async def phase(
         refused=sum(viewer.refused for viewer, _ in viewers),
         busiest=end.busiest_since(start),
         warm_up=(warm_seconds, round(warm_requests), caught_up),
+        warm_busiest=start.busiest_since(before, 6),
         lag=None if lag_file is None else lag_figures(lag_file, since),
         rss_mib=rss,
     )
@@ -503,7 +505,8 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
             print(
                 f"  warm-up of {result.name} at {result.pods} pods: {seconds:.0f} s, "
                 f"{requests:,} requests beyond the cluster's own, "
-                f"{caught_up} of {result.viewers} viewers caught up"
+                f"{caught_up} of {result.viewers} viewers caught up; served most: "
+                + ", ".join(f"{kind} {count}" for kind, count in result.warm_busiest)
             )
     print("  lag: the shared server's event loop (a 10 ms sleep's overshoot; bound 100 ms)")
     for result in results:
