@@ -253,3 +253,30 @@ async def test_a_list_is_read_in_pages_of_one_snapshot(monkeypatch: pytest.Monke
     assert asked == [(2, None), (2, "2"), (2, "4")]
     assert set(informer.objects_of("a")) == {f"a-{n}" for n in range(5)}
     assert api.calls == [("watch", "7")], "from the snapshot's version, the first page's"
+
+
+async def test_a_running_informer_is_found_once_its_first_list_is_in_and_none_is_not() -> None:
+    api = ScriptedApi(forever)
+    api.listings = [([pod("p-0", "job-1", 2)], 2)]
+    pool = Informers()
+    assert await pool.synced("ns", PODS, LABEL) is None  # nothing runs: the caller asks the API
+    started = pool.use(api, PODS, "ns", LABEL, by_label(LABEL))  # type: ignore[arg-type]
+    assert not started.synced
+    found = await pool.synced("ns", PODS, LABEL)  # its first list under way: awaited
+    assert found is started and started.synced
+    assert list(found.objects_of("job-1")) == ["p-0"]
+    assert await pool.synced("other", PODS, LABEL) is None
+    await pool.close()
+
+
+async def test_an_informer_whose_first_list_fails_is_not_found() -> None:
+    api = ScriptedApi(forever)
+
+    async def refused(*args: Any, **paging: Any) -> Obj:
+        raise EngineError("cannot list pods: connection refused")
+
+    api.list = refused  # type: ignore[method-assign]
+    pool = Informers()
+    pool.use(api, PODS, "ns", LABEL, by_label(LABEL))  # type: ignore[arg-type]
+    assert await pool.synced("ns", PODS, LABEL) is None
+    await pool.close()

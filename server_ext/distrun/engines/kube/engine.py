@@ -421,7 +421,7 @@ class KubeEngine:
         if followed is not None:
             return followed
         api = await self.api()
-        informed = self._informed(self.namespace_for(owner), job_id)
+        informed = await self._informed(self.namespace_for(owner), job_id)
         obj = informed[0] if informed else await self._owned_object(api, job_id, owner)
         if not _owned_by(obj, owner):
             raise NotFound(f"no job {job_id!r}")
@@ -458,16 +458,16 @@ class KubeEngine:
             return None  # the API server's answer: NotFound, or the failed replica's lines
         return copy.copy(feed.job)
 
-    def _informed(self, namespace: str, job_id: str) -> tuple[Obj, dict[str, Obj]] | None:
+    async def _informed(self, namespace: str, job_id: str) -> tuple[Obj, dict[str, Obj]] | None:
         """The job object and its pods (by name) as the namespace's informers hold them, when
-        both run (a feed in the namespace started them) and hold the job; None: ask the API
-        server (a job made since the informers' last event is not there yet)."""
+        both run (a feed in the namespace started them; their first list awaited) and hold
+        the job; None: ask the API server (a job made since their last event is not there)."""
         pod_selector, _label = across_jobs(self.pod_selector(job_id), job_id)
-        pods = self._informers.synced(namespace, PODS, pod_selector)
+        pods = await self._informers.synced(namespace, PODS, pod_selector)
         if pods is None:
             return None
         for resource in self.resources:
-            jobs = self._informers.synced(namespace, resource, LABEL_INSTANCE)
+            jobs = await self._informers.synced(namespace, resource, LABEL_INSTANCE)
             obj = jobs.get(job_id) if jobs is not None else None
             if obj is not None:
                 return obj, pods.objects_of(job_id)
@@ -641,7 +641,7 @@ class KubeEngine:
         feed = self._feeds.get(key)
         if feed is None or feed.gone:
             api = await self.api()
-            informed = self._informed(key[0], job_id)
+            informed = await self._informed(key[0], job_id)
             if informed is not None and _owned_by(informed[0], owner):
                 obj, spec = informed[0], stored_spec(informed[0])
             else:

@@ -303,10 +303,23 @@ class Informers:
         del self._running[key]
         await informer.stop()
 
-    def synced(self, namespace: str, resource: Resource, selector: str) -> Informer | None:
-        """The running informer of these objects, once its first list is in; None if none."""
+    async def synced(self, namespace: str, resource: Resource, selector: str) -> Informer | None:
+        """The running informer of these objects once its first list is in (awaited when it
+        is under way); None if none runs, or its first list failed or was stopped."""
         running = self._running.get(InformerKey(namespace, resource, selector))
-        return running[0] if running is not None and running[0].synced else None
+        if running is None:
+            return None
+        informer = running[0]
+        try:
+            await informer.ready()
+        except WATCH_BROKEN:
+            return None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this caller is cancelled, not the informer's list
+            return None
+        return informer
 
     def running(self) -> list[Informer]:
         return [informer for informer, _users in self._running.values()]
