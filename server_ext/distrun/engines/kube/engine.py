@@ -209,6 +209,7 @@ class KubeEngine:
         )
         self._api_lock = asyncio.Lock()
         self._feeds: dict[tuple[str, str], JobFeed] = {}  # by namespace and job id
+        self._reading: dict[tuple[str, str], asyncio.Future[Obj]] = {}  # GETs of a job in flight
         self._informers = Informers()  # what the feeds read, one per namespace and resource
         self._usage = PodUsage()  # metrics.k8s.io, read while someone looks (pod_usage.py)
 
@@ -752,18 +753,29 @@ class KubeEngine:
 
     async def _owned_object(self, api: KubeApi, job_id: str, owner: str) -> Obj:
         jobids.check_job_id(job_id)
-        namespace = self.namespace_for(owner)
-        for resource in await self.candidates(api, namespace, job_id):
-            try:
-                obj = await api.get(resource, namespace, job_id, "read the job")
-                break
-            except NotFound:
-                continue
-        else:
-            raise NotFound(f"no job {job_id!r}")
+        key = (self.namespace_for(owner), job_id)
+        reading = self._reading.get(key)
+        if reading is None:  # reads of a job asked for while one is in flight share it
+            reading = self._reading[key] = asyncio.ensure_future(self._read_object(api, *key))
+            reading.add_done_callback(lambda done: self._read_done(key, done))
+        obj = copy.deepcopy(await asyncio.shield(reading))
         if not _owned_by(obj, owner):
             raise NotFound(f"no job {job_id!r}")
         return obj
+
+    async def _read_object(self, api: KubeApi, namespace: str, job_id: str) -> Obj:
+        for resource in await self.candidates(api, namespace, job_id):
+            try:
+                return await api.get(resource, namespace, job_id, "read the job")
+            except NotFound:
+                continue
+        raise NotFound(f"no job {job_id!r}")
+
+    def _read_done(self, key: tuple[str, str], done: "asyncio.Future[Obj]") -> None:
+        if self._reading.get(key) is done:
+            del self._reading[key]
+        if not done.cancelled():
+            done.exception()  # retrieved, whether or not a reader is still there to see it
 
     async def _list_objects(self, api: KubeApi, namespace: str, selector: str) -> list[Obj]:
         objects: list[Obj] = []
