@@ -144,14 +144,54 @@ def test_singleuser_rbac_covers_jobs_configmaps_pods_logs_events_and_nothing_els
     assert not [r for r in by_kind(objects, "ClusterRole") if "singleuser" in r["metadata"]["name"]]
 
 
+READER = "-training-runtime-reader"
+
+
+def runtime_readers(objects: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """Who the chart lets read ClusterTrainingRuntimes (get, nothing else), or None."""
+    roles = [r for r in by_kind(objects, "ClusterRole") if r["metadata"]["name"].endswith(READER)]
+    bindings = [
+        b for b in by_kind(objects, "ClusterRoleBinding") if b["metadata"]["name"].endswith(READER)
+    ]
+    if not roles and not bindings:
+        return None
+    [role], [binding] = roles, bindings
+    assert role["rules"] == [
+        {"apiGroups": ["trainer.kubeflow.org"], "resources": ["clustertrainingruntimes"],
+         "verbs": ["get"]}
+    ]  # fmt: skip
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    subjects: list[dict[str, Any]] = binding["subjects"]
+    return subjects
+
+
+def test_reading_cluster_training_runtimes_is_granted_narrowly_or_only_when_asked(
+    helm: Path,
+) -> None:
+    """A Trainer whole-job restart copies the configured ClusterTrainingRuntime: without
+    profiles the singleuser ServiceAccount may read them; with profiles nobody by default, every
+    ServiceAccount only when the administrator says so."""
+    shared = render(helm, "--set", "profiles.enabled=false")
+    assert runtime_readers(shared) == [
+        {"kind": "ServiceAccount", "name": "distrun-singleuser", "namespace": "jhub"}
+    ]
+    assert runtime_readers(render(helm)) is None
+    asked = render(helm, "--set", "trainer.readClusterRuntimes=true")
+    assert runtime_readers(asked) == [
+        {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:serviceaccounts"}
+    ]
+
+
 def test_per_user_namespaces_get_a_cluster_wide_pod_role_and_a_template_for_the_front(
     helm: Path,
 ) -> None:
     objects = render(
         helm, "--set", "kernels.namespacePolicy=per-user", "--set", "profiles.enabled=false"
     )
-    rules = one(objects, "ClusterRole")["rules"]
-    assert rules == [
+    [pods_role] = [
+        r for r in by_kind(objects, "ClusterRole") if not r["metadata"]["name"].endswith(READER)
+    ]
+    assert pods_role["rules"] == [
         {"apiGroups": [""], "resources": ["pods"],
          "verbs": ["create", "get", "list", "watch", "delete"]}
     ]  # fmt: skip

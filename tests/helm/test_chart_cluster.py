@@ -142,13 +142,19 @@ def until_bound(
         time.sleep(0.2)
 
 
-def engine_requests() -> list[tuple[str, str, str, str]]:
-    """Every request distrun's Kubernetes engines make in a user's namespace, from the engines
-    themselves (`KubeEngine.access`), as (verb, group, resource, subresource)."""
+# Cluster-scoped: a Trainer whole-job restart reads the configured ClusterTrainingRuntime.
+CLUSTER_SCOPED = {("trainer.kubeflow.org", "clustertrainingruntimes")}
+
+
+def engine_requests(*, cluster_scoped: bool = False) -> list[tuple[str, str, str, str]]:
+    """Every request distrun's Kubernetes engines make in a user's namespace (or, with
+    `cluster_scoped`, of cluster-scoped objects), from the engines themselves
+    (`KubeEngine.access`), as (verb, group, resource, subresource)."""
     found = {
         (a.verb, a.resource.group, a.resource.plural, a.subresource)
         for engine in (KubeflowEngine, TrainerEngine, VolcanoEngine)
         for a in engine.access()
+        if ((a.resource.group, a.resource.plural) in CLUSTER_SCOPED) == cluster_scoped
     }
     return sorted(found)
 
@@ -192,6 +198,7 @@ def test_the_chart_grants_every_request_the_engines_make_in_both_namespace_modes
             obj
             for obj in render(helm, "--set", "profiles.enabled=false", namespace=release)
             if obj["kind"] in ("ServiceAccount", "Role", "RoleBinding")
+            or obj["metadata"]["name"].endswith("-training-runtime-reader")
         ]
         user_namespace, elsewhere = release, other
         user = f"system:serviceaccount:{release}:distrun-singleuser"
@@ -208,6 +215,15 @@ def test_the_chart_grants_every_request_the_engines_make_in_both_namespace_modes
             check for check in engine_requests() if allowed(kube_cluster, user, elsewhere, check)
         ]
         assert granted_elsewhere == []
+        # Without profiles the singleuser account reads the cluster's Trainer runtimes; with
+        # profiles nobody does unless the administrator sets trainer.readClusterRuntimes.
+        cluster_reads = engine_requests(cluster_scoped=True)
+        assert cluster_reads == [("get", "trainer.kubeflow.org", "clustertrainingruntimes", "")]
+        readable = [check for check in cluster_reads if allowed(kube_cluster, user, "", check)]
+        assert readable == (cluster_reads if mode == "shared" else [])
     finally:
         if mode == "profiles":
             kubectl(kube_cluster, "delete", "clusterrole", notebook["metadata"]["name"])
+        for obj in objects if mode == "shared" else []:
+            if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+                kubectl(kube_cluster, "delete", obj["kind"].lower(), obj["metadata"]["name"])

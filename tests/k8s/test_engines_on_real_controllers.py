@@ -484,21 +484,90 @@ async def pods_added(api: Any, namespace: str, selector: str, since: str, into: 
                 into.append(event["object"].metadata.name)
 
 
-@pytest.mark.parametrize("policy", ["OnFailure", "ExitCode"])
-async def test_trainer_refuses_restarts_its_runtime_would_count_otherwise(
-    trainer: TrainerEngine, admin: Any, namespace: str, policy: str
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"restart_policy": "ExitCode"}, "restart_policy ExitCode is not held on Trainer v2"),
+        ({"restart_policy": "OnFailure", "restart": "replica"}, "restart of single replicas"),
+    ],
+)
+async def test_trainer_refuses_restarts_its_jobset_cannot_make(
+    trainer: TrainerEngine, admin: Any, namespace: str, fields: dict[str, Any], words: str
 ) -> None:
-    """The restart specs the other engines hold to the local engine's attempts (backoff_limit
-    2): Trainer's runtime would restart them its own way, so the engine refuses them in words
-    and makes nothing."""
-    with pytest.raises(SpecError, match=f"restart_policy {policy} is not held on Trainer v2"):
-        await trainer.submit(
-            spec({"master": 1, "worker": 1}, restart_policy=policy, backoff_limit=2), OWNER
-        )
+    """Restarts by exit code or of single replicas, which a JobSet cannot make (it restarts the
+    whole group on a child Job's failure): refused in words, nothing made."""
+    with pytest.raises(SpecError, match=words):
+        await trainer.submit(spec({"master": 1, "worker": 1}, backoff_limit=2, **fields), OWNER)
     listed = await client.CustomObjectsApi(admin).list_namespaced_custom_object(
         "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs"
     )
     assert listed["items"] == []
+
+
+def attempt_label(pod: Any) -> str:
+    """DISTRUN_RESTART as the kubelet gives it to the pod's node container: the annotation its
+    downward-API reference names (JobSet's restart count)."""
+    [main] = [c for c in pod.spec.containers if c.name == "node"]
+    [var] = [v for v in main.env if v.name == "DISTRUN_RESTART"]
+    path = var.value_from.field_ref.field_path
+    key = path.removeprefix("metadata.annotations['").removesuffix("']")
+    return str(pod.metadata.annotations[key])
+
+
+async def test_a_trainjob_whole_job_restart_recreates_every_node_then_succeeds(
+    trainer: TrainerEngine, admin: Any, namespace: str
+) -> None:
+    """%restart=job with %maxRestarts=2 on the real Trainer and JobSet: the job runs on a
+    TrainingRuntime of its own whose JobSet restarts the whole group; worker-0 fails once; JobSet
+    recreates every node (none of attempt 1 left), distrun says attempt 2 of a whole-job
+    restart, DISTRUN_RESTART goes 0 then 1, and the job succeeds. The runtime goes with it."""
+    job_spec = spec({"master": 1, "worker": 1}, restart="job", max_restarts=2)
+    job = await trainer.submit(job_spec, OWNER)
+    custom = client.CustomObjectsApi(admin)
+    runtime = await custom.get_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", namespace, "trainingruntimes", job.id
+    )
+    assert runtime["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"] == 2
+    assert [o["name"] for o in runtime["metadata"]["ownerReferences"]] == [job.id]
+    selector = trainer.pod_selector(job.id)
+    first = await eventually(
+        lambda: pods_of(admin, namespace, selector), all_running(2), "attempt 1's nodes to run"
+    )
+    first_uids = {pod.metadata.uid for pod in first}
+    assert {attempt_label(pod) for pod in first} == {"0"}
+    [worker] = [p for p in first if trainer.replica_of(meta(p), job_spec) == "worker-0"]
+    await end_pod(admin, namespace, worker.metadata.name, "1")
+    second = await eventually(
+        lambda: pods_of(admin, namespace, selector),
+        lambda found: all_running(2)(found) and not first_uids & {p.metadata.uid for p in found},
+        "attempt 2: every node's pod recreated and running",
+    )
+    assert {attempt_label(pod) for pod in second} == {"1"}  # DISTRUN_RESTART, as locally
+    current = await eventually(
+        lambda: trainer.get_job(job.id, OWNER),
+        lambda j: j.state == JobState.RUNNING and j.attempt == 2,
+        "distrun to say attempt 2",
+    )
+    print(f"--- after the worker's failure: attempt {current.attempt}, {current.restart_scope}")
+    assert (current.max_restarts, current.restart_scope) == (2, "job")
+    for pod in second:
+        await end_pod(admin, namespace, pod.metadata.name, "0")
+    done = await eventually(
+        lambda: trainer.get_job(job.id, OWNER), lambda j: j.state.terminal, "the job to end"
+    )
+    print(f"--- ended {done.state.value} at attempt {done.attempt}")
+    assert (done.state, done.attempt) == (JobState.SUCCEEDED, 2), done.reason
+    left = {p.metadata.uid for p in await pods_of(admin, namespace, selector)}
+    assert not left & first_uids  # nothing of the first attempt runs on
+    await trainer.delete(job.id, OWNER)
+
+    async def runtimes() -> list[str]:
+        listed = await custom.list_namespaced_custom_object(
+            "trainer.kubeflow.org", "v1alpha1", namespace, "trainingruntimes"
+        )
+        return [item["metadata"]["name"] for item in listed["items"]]
+
+    await eventually(runtimes, lambda names: job.id not in names, "the job's runtime to go")
 
 
 @pytest.mark.parametrize("action", ["cancel", "delete"])

@@ -20,6 +20,7 @@ KUBE = Path(kube_client.__file__).parent
 VERB_OF = {
     "create": "create",
     "get": "get",
+    "get_cluster": "get",
     "list": "list",
     "list_metadata": "list",
     "replace": "update",

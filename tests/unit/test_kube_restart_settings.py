@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from distrun.client.cli import build_parser, overrides_from_args
-from distrun.core.errors import SpecError
+from distrun.core.errors import Forbidden, SpecError
 from distrun.core.header import parse_cell, render_header
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.engine import KubeEngine, Phase, describe
@@ -15,7 +15,7 @@ from distrun.engines.kube.kubeflow import KubeflowEngine
 from distrun.engines.kube.manifests.common import ClusterOptions, Target
 from distrun.engines.kube.manifests.configmap import code_bundle
 from distrun.engines.kube.manifests.kubeflow import kubeflow_job
-from distrun.engines.kube.manifests.trainer import trainer_bundle, trainjob
+from distrun.engines.kube.manifests.trainer import restart_runtime, trainer_bundle, trainjob
 from distrun.engines.kube.manifests.volcano import volcano_bundle, volcano_job
 from distrun.engines.kube.trainer import TrainerEngine
 from distrun.engines.kube.volcano import VolcanoEngine
@@ -183,18 +183,88 @@ def test_an_elastic_jobs_own_setting_of_the_store_sharing_wins() -> None:
     assert values == ["0"]
 
 
-# -- Trainer v2: the runtime decides; refused in words -----------------------------------------
+# -- Trainer v2: a whole-job restart on the job's own runtime; the rest refused in words ------
+
+RUNTIME = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+    "kind": "ClusterTrainingRuntime",
+    "metadata": {"name": "torch-distributed", "resourceVersion": "7", "uid": "u"},
+    "spec": {
+        "mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}},
+        "template": {
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "node",
+                        "template": {
+                            "metadata": {
+                                "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+                            },
+                            "spec": {
+                                "template": {
+                                    "spec": {"containers": [{"name": "node", "image": "torch"}]}
+                                }
+                            },
+                        },
+                    }
+                ]
+            }
+        },
+    },
+}
+
+
+@pytest.mark.parametrize(("fields", "limit"), [({"restart": "job"}, 0), ({"max_restarts": 2}, 2)])
+def test_a_trainer_whole_job_restart_runs_on_its_own_runtime_restarting_the_jobset(
+    fields: dict[str, Any], limit: int
+) -> None:
+    """JobSet's failurePolicy.maxRestarts is the count; each child Job fails at its first
+    failed pod (no restart in place while the peers wait); the rest of the runtime as it was."""
+    s = spec(**fields)
+    runtime = restart_runtime(s, TARGET, RUNTIME)
+    assert (runtime["kind"], runtime["metadata"]["name"]) == ("TrainingRuntime", TARGET.job_id)
+    assert runtime["metadata"]["namespace"] == TARGET.namespace
+    assert "resourceVersion" not in runtime["metadata"] and "uid" not in runtime["metadata"]
+    jobset = runtime["spec"]["template"]["spec"]
+    assert jobset["failurePolicy"] == {"maxRestarts": limit}
+    [node] = jobset["replicatedJobs"]
+    assert node["template"]["spec"]["backoffLimit"] == 0
+    assert node["template"]["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    assert node["template"]["spec"]["template"]["spec"]["containers"] == [
+        {"name": "node", "image": "torch"}
+    ]
+    assert runtime["spec"]["mlPolicy"] == RUNTIME["spec"]["mlPolicy"]
+    assert "failurePolicy" not in RUNTIME["spec"]["template"]["spec"]  # a copy
+    job = trainjob(s, TARGET, OPTIONS, trainer_bundle(s, TARGET), runtime="torch-distributed")
+    assert job["spec"]["runtimeRef"] == {
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "TrainingRuntime",
+        "name": TARGET.job_id,
+    }
+
+
+def test_a_trainjob_without_restarts_keeps_the_configured_runtime_and_says_its_attempt() -> None:
+    s = spec()
+    job = trainjob(s, TARGET, OPTIONS, trainer_bundle(s, TARGET), runtime="torch-distributed")
+    assert job["spec"]["runtimeRef"]["kind"] == "ClusterTrainingRuntime"
+    [restart] = [e for e in job["spec"]["trainer"]["env"] if e["name"] == "DISTRUN_RESTART"]
+    path = restart["valueFrom"]["fieldRef"]["fieldPath"]
+    assert path == "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"
 
 
 @pytest.mark.parametrize(
-    ("fields", "field"), [({"restart": "job"}, "restart"), ({"max_restarts": 2}, "max_restarts")]
+    ("fields", "field", "words"),
+    [
+        ({"restart": "replica"}, "restart", "write %restart=job"),
+        ({"restart_policy": "ExitCode"}, "restart_policy", "restarts the whole group whatever"),
+    ],
 )
-async def test_trainer_refuses_a_whole_job_restart_the_trainjob_cannot_ask_for(
-    fields: dict[str, Any], field: str
+async def test_trainer_refuses_what_its_jobset_cannot_restart(
+    fields: dict[str, Any], field: str, words: str
 ) -> None:
     error = await refusal(TrainerEngine, spec(**fields))
     assert error.field == field
-    assert "JobSet failurePolicy.maxRestarts" in str(error) and "volcano" in str(error)
+    assert words in str(error)
 
 
 async def test_trainer_refuses_elastic_and_names_where_it_runs() -> None:
@@ -295,3 +365,74 @@ def test_the_cell_and_the_command_line_name_the_job_to_resume() -> None:
     assert "%resumeFrom=train-xyz12" in render_header(parsed.spec_fields)
     args = build_parser().parse_args(["run", "train.py", "--resume-from", "train-xyz12"])
     assert overrides_from_args(args) == {"resume_from": "train-xyz12"}
+
+
+class FakeRuntimeApi:
+    """The requests a Trainer whole-job restart makes around its TrainJob, answered from
+    memory; `refuse` names the one that fails."""
+
+    def __init__(self, refuse: str = "") -> None:
+        self.refuse, self.calls = refuse, []
+
+    async def _answer(self, call: tuple[Any, ...], answer: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append(call)
+        if call[0] == self.refuse:
+            raise Forbidden(f"the cluster does not allow us to {call[-1]}: forbidden")
+        return answer
+
+    async def get_cluster(self, res: Any, name: str, what: str) -> dict[str, Any]:
+        return await self._answer(("get_cluster", res.plural, name, what), RUNTIME)
+
+    async def create(self, res: Any, ns: str, body: dict[str, Any], what: str) -> dict[str, Any]:
+        made = {**body, "metadata": {**body["metadata"], "uid": "uid-1", "namespace": ns}}
+        return await self._answer(("create", res.plural, body["metadata"]["name"], what), made)
+
+    async def patch(self, res: Any, ns: str, name: str, ops: Any, what: str) -> dict[str, Any]:
+        return await self._answer(("patch", res.plural, name, ops[0]["value"][0]["uid"], what), {})
+
+    async def delete(self, res: Any, ns: str, name: str, what: str, *_: Any) -> dict[str, Any]:
+        return await self._answer(("delete", res.plural, name, what), {})
+
+
+def plural_and_name(api: FakeRuntimeApi) -> list[tuple[str, ...]]:
+    return [call[:3] for call in api.calls]
+
+
+async def test_a_trainer_restart_runtime_is_made_before_its_trainjob_and_handed_to_it() -> None:
+    engine, s, api = TrainerEngine(), spec(restart="job"), FakeRuntimeApi()
+    prepared = await engine.prepare(api, s, TARGET)  # type: ignore[arg-type]
+    job = await engine._create_job(api, s, TARGET, {"metadata": {"name": TARGET.job_id}}, prepared)  # type: ignore[arg-type]
+    await engine._adopt(api, {**job, "apiVersion": "v", "kind": "TrainJob"}, prepared)  # type: ignore[arg-type]
+    assert plural_and_name(api) == [
+        ("get_cluster", "clustertrainingruntimes", "torch-distributed"),
+        ("create", "trainingruntimes", TARGET.job_id),
+        ("create", "trainjobs", TARGET.job_id),
+        ("patch", "trainingruntimes", TARGET.job_id),
+    ]
+    assert api.calls[-1][3] == "uid-1"  # owned by the TrainJob just made
+
+
+@pytest.mark.parametrize("refused", ["create", "patch"])
+async def test_a_trainer_restart_runtime_never_outlives_a_trainjob_that_failed(
+    refused: str,
+) -> None:
+    """The TrainJob cannot be made, or cannot be given its runtime: nothing is left behind."""
+    engine, s = TrainerEngine(), spec(restart="job")
+    api = FakeRuntimeApi()
+    prepared = await engine.prepare(api, s, TARGET)  # type: ignore[arg-type]
+    api.refuse = refused
+    with pytest.raises(Forbidden):
+        job = await engine._create_job(
+            api, s, TARGET, {"metadata": {"name": TARGET.job_id}}, prepared
+        )  # type: ignore[arg-type]
+        await engine._adopt(api, {**job, "apiVersion": "v", "kind": "TrainJob"}, prepared)  # type: ignore[arg-type]
+    deleted = [call[1:3] for call in api.calls if call[0] == "delete"]
+    assert ("trainingruntimes", TARGET.job_id) in deleted
+    assert (refused == "patch") == (("trainjobs", TARGET.job_id) in deleted)
+
+
+async def test_a_trainer_restart_says_what_to_grant_when_the_runtime_cannot_be_read() -> None:
+    api = FakeRuntimeApi(refuse="get_cluster")
+    with pytest.raises(Forbidden, match=r"trainer\.readClusterRuntimes"):
+        await TrainerEngine().prepare(api, spec(restart="job"), TARGET)  # type: ignore[arg-type]
+    assert [call[0] for call in api.calls] == ["get_cluster"]  # nothing made

@@ -484,14 +484,22 @@ def test_trainjob_refuses_roles_with_different_resources() -> None:
         trainjob(s, TARGET, OPTIONS, trainer_bundle(s, TARGET), runtime="torch-distributed")
 
 
-@pytest.mark.parametrize("policy", ["OnFailure", "ExitCode", "Always"])
-def test_trainjob_refuses_restarts_its_runtime_decides(policy: str) -> None:
-    """Trainer v2.3.0's TrainJob cannot set restartPolicy or backoffLimit: a spec asking for
-    restarts is refused in words naming what to write instead, not run with the runtime's."""
-    s = spec(restart_policy=policy, backoff_limit=2)
-    with pytest.raises(SpecError, match="write %restartPolicy=Never here") as refused:
+def test_trainjob_refuses_restarts_by_exit_code() -> None:
+    """JobSet sees Jobs fail, not exit codes: a restart by exit code is refused in words."""
+    s = spec(restart_policy="ExitCode", backoff_limit=2)
+    with pytest.raises(SpecError, match="write %restartPolicy=OnFailure") as refused:
         trainjob(s, TARGET, OPTIONS, trainer_bundle(s, TARGET), runtime="torch-distributed")
     assert refused.value.field == "restart_policy"
+
+
+@pytest.mark.parametrize("policy", ["OnFailure", "Always"])
+def test_trainjob_restarting_on_failure_runs_on_its_own_runtime(policy: str) -> None:
+    """A synchronous job's restarts are of the whole job: the JobSet of the job's own runtime
+    (restart_runtime) makes them, backoff_limit times."""
+    s = spec(restart_policy=policy, backoff_limit=2)
+    job = trainjob(s, TARGET, OPTIONS, trainer_bundle(s, TARGET), runtime="torch-distributed")
+    assert job["spec"]["runtimeRef"]["kind"] == "TrainingRuntime"
+    assert job["spec"]["runtimeRef"]["name"] == TARGET.job_id
 
 
 def test_trainjob_takes_never_whatever_the_backoff_limit() -> None:

@@ -160,6 +160,11 @@ class KubeApi:
     async def get(self, res: Resource, namespace: str, name: str, what: str) -> Obj:
         return await self._call(what, self._method(res, "get"), namespace, name)
 
+    async def get_cluster(self, res: Resource, name: str, what: str) -> Obj:
+        """A cluster-scoped custom object (a ClusterTrainingRuntime)."""
+        call = self.custom.get_cluster_custom_object
+        return await self._call(what, call, res.group, res.version, res.plural, name)
+
     async def list(
         self,
         res: Resource,

@@ -258,11 +258,16 @@ class KubeEngine:
         """The job, with the usage peaks read so far (an OOM kill's words name the peak)."""
         meta = obj["metadata"]
         peaks = self._usage.peaks(meta.get("namespace", ""), meta["name"])
-        phase = self.phase(obj)
+        phase = self.phase_with_pods(obj, spec, pods)
         return describe(self.name, obj, spec, pods, phase, restarts, peaks, self.pod_attempt)
 
     def phase(self, obj: Obj) -> Phase:
         raise NotImplementedError
+
+    def phase_with_pods(self, obj: Obj, spec: JobSpec, pods: dict[str, Obj]) -> Phase:
+        """The phase, where the pods say more of it than the job object (Trainer: JobSet's
+        restarts, which only its pods and Jobs carry)."""
+        return self.phase(obj)
 
     async def waiting_reason(self, api: KubeApi, obj: Obj, job: Job) -> str | None:
         """Why the pending `job` waits, in words, when its pods do not say: the latest Warning
@@ -345,16 +350,51 @@ class KubeEngine:
             target = Target(jobids.new_job_id(spec.name), namespace, owner)
             manifest, code = self.build(spec, target)
             try:
-                resource = self.resource_for(spec)
-                created = await api.create(resource, namespace, manifest, "create the job")
+                prepared = await self.prepare(api, spec, target)
+                created = await self._create_job(api, spec, target, manifest, prepared)
                 break
             except DistrunError as error:
                 if "already exists" not in str(error):
                     raise
         else:
             raise EngineError("could not find a free job id; try again")
+        await self._adopt(api, created, prepared)
         await self._create_configmap(api, created, code)
         return describe(self.name, created, spec, {}, self.phase(created))
+
+    async def prepare(self, api: KubeApi, spec: JobSpec, target: Target) -> list[str]:
+        """Makes what the job needs before it is created (Trainer: a whole-job restart's
+        runtime) and names it; `adopt` hands it to the job, `unprepare` removes it."""
+        return []
+
+    async def adopt(self, api: KubeApi, job: Obj, prepared: list[str]) -> None:
+        """Makes the job the owner of what `prepare` made, so it goes with the job."""
+
+    async def unprepare(self, api: KubeApi, namespace: str, prepared: list[str]) -> None:
+        """Removes what `prepare` made (the job could not be made, or not given it)."""
+
+    async def _create_job(
+        self, api: KubeApi, spec: JobSpec, target: Target, manifest: Obj, prepared: list[str]
+    ) -> Obj:
+        resource = self.resource_for(spec)
+        try:
+            return await api.create(resource, target.namespace, manifest, "create the job")
+        except DistrunError:
+            await self.unprepare(api, target.namespace, prepared)
+            raise
+
+    async def _adopt(self, api: KubeApi, job: Obj, prepared: list[str]) -> None:
+        """`adopt`; what cannot be handed over takes the job with it: nothing is left behind."""
+        meta = job["metadata"]
+        try:
+            await self.adopt(api, job, prepared)
+        except DistrunError:
+            await self.unprepare(api, meta["namespace"], prepared)
+            with contextlib.suppress(DistrunError):
+                await api.delete(
+                    self.resource_of(job), meta["namespace"], meta["name"], "remove it"
+                )
+            raise
 
     async def _check_resume_from(self, spec: JobSpec, owner: str) -> None:
         """A job resumes only one of its owner's, from the checkpoint volume they share."""
@@ -728,14 +768,7 @@ class KubeEngine:
         configmap = dict(code.configmap)
         configmap["metadata"] = {
             **configmap["metadata"],
-            "ownerReferences": [
-                {
-                    "apiVersion": job["apiVersion"],
-                    "kind": job["kind"],
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                }
-            ],
+            "ownerReferences": [owner_reference(job)],
         }
         try:
             await api.create(CONFIGMAPS, meta["namespace"], configmap, "store the job's code")
@@ -953,6 +986,17 @@ def describe(
         restart_scope=scope,
         timeline=kube_timeline(created, seen, attempts, state, finished, reason),
     )
+
+
+def owner_reference(job: Obj) -> Obj:
+    """An ownerReferences entry naming `job`: the garbage collector removes what carries it."""
+    meta = job["metadata"]
+    return {
+        "apiVersion": job["apiVersion"],
+        "kind": job["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+    }
 
 
 def _mark_removed(replicas: list[ReplicaStatus], pods: dict[str, Obj]) -> None:

@@ -3,16 +3,20 @@
 node i is the spec's i-th replica in role order, so `master-0` is node 0."""
 
 import asyncio
+import contextlib
+import dataclasses
 from typing import Any
 
-from distrun.core.errors import Conflict, NotFound, SpecError
+from distrun.core.errors import Conflict, DistrunError, Forbidden, NotFound, SpecError
 from distrun.core.job import Job, JobState
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.client import KubeApi, Obj, Resource, accesses
-from distrun.engines.kube.engine import KubeEngine, Phase, conditions_phase
+from distrun.engines.kube.engine import KubeEngine, Phase, conditions_phase, owner_reference
 from distrun.engines.kube.manifests.common import Target
 from distrun.engines.kube.manifests.configmap import CodeBundle
 from distrun.engines.kube.manifests.trainer import (
+    ANNOTATION_RESTART_ATTEMPT,
+    CLUSTER_RUNTIME_PLURAL,
     DEFAULT_RUNTIMES,
     LABEL_COMPLETION_INDEX,
     LABEL_JOBSET_NAME,
@@ -20,7 +24,10 @@ from distrun.engines.kube.manifests.trainer import (
     PATCH_MANAGER,
     PLURAL,
     REPLICATED_JOB,
+    RUNTIME_PLURAL,
     check_fault_tolerance,
+    restart_runtime,
+    restarts_whole_job,
     trainer_bundle,
     trainjob,
 )
@@ -35,8 +42,16 @@ PATCH_REMOVED = (
     "(Kueue v0.17 or newer is needed with Trainer v2.2 and later)"
 )
 
+# The chart grants the read without profiles; with them, only where the administrator says.
+RUNTIME_UNREADABLE = (
+    "a whole-job restart on Trainer v2 runs on a copy of the job's ClusterTrainingRuntime, "
+    "which this server may not read: the administrator can allow it (distrun's chart: "
+    "trainer.readClusterRuntimes), or run the job on the volcano or local engine"
+)
 
 RESOURCE = Resource("trainer.kubeflow.org", "v1alpha1", PLURAL)
+RUNTIMES = Resource("trainer.kubeflow.org", "v1alpha1", RUNTIME_PLURAL)
+CLUSTER_RUNTIMES = Resource("trainer.kubeflow.org", "v1alpha1", CLUSTER_RUNTIME_PLURAL)
 SUSPEND_WAIT_SECONDS = 10.0
 
 
@@ -53,7 +68,13 @@ class TrainerEngine(KubeEngine):
     # deletion, can apply the JobSet once more (pods seen starting after a cancel): so the
     # TrainJob is suspended first (`before_removal`).
     deletion_propagation = "Background"
-    extra_access = accesses(RESOURCE, "patch")
+    # patch: suspended before a cancel; a whole-job restart's own runtime (read from the
+    # configured one, namespaced or cluster-wide), owned by its TrainJob.
+    extra_access = (
+        *accesses(RESOURCE, "patch"),
+        *accesses(RUNTIMES, "get", "create", "patch", "delete"),
+        *accesses(CLUSTER_RUNTIMES, "get"),
+    )
 
     def __init__(
         self,
@@ -96,6 +117,46 @@ class TrainerEngine(KubeEngine):
         check_fault_tolerance(spec)
 
     def build(self, spec: JobSpec, target: Target) -> tuple[Obj, CodeBundle]:
+        runtime = self._runtime(spec)
+        bundle = trainer_bundle(spec, target)
+        job = trainjob(
+            spec, target, self.options, bundle, runtime=runtime, runtime_kind=self.runtime_kind
+        )
+        return job, bundle
+
+    async def prepare(self, api: KubeApi, spec: JobSpec, target: Target) -> list[str]:
+        """A whole-job restart's runtime, copied from the configured one."""
+        if not restarts_whole_job(spec):
+            return []
+        name, what = self._runtime(spec), "read the training runtime to restart the job with"
+        if self.runtime_kind == "TrainingRuntime":
+            base = await api.get(RUNTIMES, target.namespace, name, what)
+        else:
+            try:
+                base = await api.get_cluster(CLUSTER_RUNTIMES, name, what)
+            except Forbidden as error:
+                raise Forbidden(f"{error}; {RUNTIME_UNREADABLE}") from None
+        runtime = restart_runtime(spec, target, base)
+        await api.create(RUNTIMES, target.namespace, runtime, "create the job's training runtime")
+        return [runtime["metadata"]["name"]]
+
+    async def adopt(self, api: KubeApi, job: Obj, prepared: list[str]) -> None:
+        owned = [
+            {"op": "add", "path": "/metadata/ownerReferences", "value": [owner_reference(job)]}
+        ]
+        for name in prepared:
+            await api.patch(
+                RUNTIMES, job["metadata"]["namespace"], name, owned, "hand the runtime to the job"
+            )
+
+    async def unprepare(self, api: KubeApi, namespace: str, prepared: list[str]) -> None:
+        for name in prepared:
+            with contextlib.suppress(DistrunError):
+                await api.delete(
+                    RUNTIMES, namespace, name, "remove the job's runtime", "Background"
+                )
+
+    def _runtime(self, spec: JobSpec) -> str:
         runtime = self.runtimes.get(spec.framework)
         if runtime is None:
             raise SpecError(
@@ -103,11 +164,7 @@ class TrainerEngine(KubeEngine):
                 f"{', '.join(sorted(self.runtimes)) or 'none'}",
                 field="framework",
             )
-        bundle = trainer_bundle(spec, target)
-        job = trainjob(
-            spec, target, self.options, bundle, runtime=runtime, runtime_kind=self.runtime_kind
-        )
-        return job, bundle
+        return runtime
 
     def pod_selector(self, job_id: str) -> str:
         return f"{LABEL_JOBSET_NAME}={job_id},{LABEL_REPLICATED_JOB}={REPLICATED_JOB}"
@@ -127,6 +184,17 @@ class TrainerEngine(KubeEngine):
     def container_name(self, spec: JobSpec) -> str:
         return REPLICATED_JOB
 
+    def pod_attempt(self, pod: Obj) -> int:
+        return _restart_attempt(pod) + 1
+
+    def phase_with_pods(self, obj: Obj, spec: JobSpec, pods: dict[str, Obj]) -> Phase:
+        """A whole-job restart's count is JobSet's, which labels every pod it makes."""
+        phase = self.phase(obj)
+        if not restarts_whole_job(spec):
+            return phase
+        restarts = max((_restart_attempt(pod) for pod in pods.values()), default=0)
+        return dataclasses.replace(phase, restarts=restarts, restart_scope="job")
+
     async def waiting_reason(self, api: KubeApi, obj: Obj, job: Job) -> str | None:
         if not _has_distruns_patch(obj):
             return PATCH_REMOVED  # what the JobSet's refusal or Kueue's admission cannot say
@@ -144,6 +212,14 @@ class TrainerEngine(KubeEngine):
         if phase.state is None and suspended:
             return Phase(JobState.PENDING, "suspended", phase.started_at)
         return phase
+
+
+def _restart_attempt(pod: Obj) -> int:
+    """JobSet's restart count when it made the pod."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(ANNOTATION_RESTART_ATTEMPT, "")
+    valid = isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 6
+    return int(value) if valid else 0
 
 
 def _has_distruns_patch(obj: Obj) -> bool:

@@ -6,8 +6,14 @@ Every runtime distrun knows runs one replicated job, `node`, of `numNodes` ident
 (`master-0` is node 0) and each finds itself through `JOB_COMPLETION_INDEX` and the shipped
 launcher. The code volume reaches the pods through a runtime patch (the v2.3.0 API's
 `runtimePatches`, the only way a TrainJob adds volumes).
+
+A whole-job restart (`%restart=job`) is JobSet's `failurePolicy.maxRestarts`, which lives in the
+runtime's JobSet template, out of a TrainJob's reach: such a job runs on a TrainingRuntime of its
+own in its namespace, a copy of the configured runtime whose JobSet restarts the whole group
+(`restart_runtime`), owned by the TrainJob once it exists.
 """
 
+import copy
 from dataclasses import astuple
 from typing import Any
 
@@ -46,6 +52,8 @@ LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 # JobSet writes its status.restarts into every pod it makes (constants.RestartsKey): a restart
 # of the whole group by the runtime's failurePolicy, the only restart a TrainJob gets.
 ANNOTATION_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+RUNTIME_PLURAL = "trainingruntimes"
+CLUSTER_RUNTIME_PLURAL = "clustertrainingruntimes"
 DEFAULT_RUNTIMES = {
     "pytorch": "torch-distributed",
     "jax": "jax-distributed",
@@ -85,19 +93,20 @@ def trainjob(
     runtime: str,
     runtime_kind: str = "ClusterTrainingRuntime",
 ) -> dict[str, Any]:
+    """The TrainJob; a whole-job restart runs on the job's own runtime (`restart_runtime`)."""
     if runtime_kind not in ("ClusterTrainingRuntime", "TrainingRuntime"):
         raise SpecError(
             f"runtime kind {runtime_kind!r} is neither ClusterTrainingRuntime nor TrainingRuntime"
         )
     check_fault_tolerance(spec)
+    if restarts_whole_job(spec):
+        runtime, runtime_kind = target.job_id, "TrainingRuntime"
+    env = env_list({**base_env(spec, target.job_id), "DISTRUN_GROUP": REPLICATED_JOB})
     trainer: dict[str, Any] = {
         "image": options.image(spec),
         "command": [options.python, LAUNCHER_PATH, *_user_argv(options, code)],
         "numNodes": spec.replica_count,
-        "env": [
-            *env_list({**base_env(spec, target.job_id), "DISTRUN_GROUP": REPLICATED_JOB}),
-            attempt_variable(ANNOTATION_RESTART_ATTEMPT),
-        ],
+        "env": [*env, attempt_variable(ANNOTATION_RESTART_ATTEMPT)],
     }
     if spec.framework == "pytorch":
         # Trainer's "auto" is one process per GPU, else per requested CPU: one per replica, as
@@ -128,9 +137,9 @@ def trainjob(
 def check_fault_tolerance(spec: JobSpec) -> None:
     """What a TrainJob (v2.3.0) cannot ask of its runtime: torch's elastic agent (the torch
     runtime's ML policy has no elastic settings; the TrainJob only its fixed numNodes) and a
-    whole-job restart (JobSet's failurePolicy.maxRestarts restarts the whole group, but it sits
-    in the training runtime's JobSet template: a TrainJob's runtimePatches reach only labels,
-    annotations and the replicated jobs' templates). Then the restart policy."""
+    restart of single replicas (JobSet restarts the whole group; a replica restarted alone leaves
+    its peers waiting in their collective anyway), nor a restart by exit code (JobSet's
+    failurePolicy sees jobs fail, not exit codes)."""
     if spec.elastic is not None:
         raise SpecError(
             f"%elastic={spec.elastic} cannot run on Trainer v2: its torch runtime has no "
@@ -138,31 +147,50 @@ def check_fault_tolerance(spec: JobSpec) -> None:
             "kubeflow engine (PyTorchJob elasticPolicy) or the local engine",
             field="elastic",
         )
-    if spec.restart == "job" or spec.max_restarts is not None:
+    plan = restart_plan(spec)
+    if plan.scope == "replica":
         raise SpecError(
-            "%restart=job and %maxRestarts cannot be set from a TrainJob: the whole-job restart "
-            "(JobSet failurePolicy.maxRestarts) belongs to the training runtime, which a "
-            "TrainJob cannot patch; run on the volcano or local engine, which restart the "
-            "whole job as asked",
-            field="restart" if spec.restart == "job" else "max_restarts",
+            "a restart of single replicas (%restart=replica, or restarts of a framework that "
+            "is not synchronous) is not held on Trainer v2: its JobSet restarts the whole "
+            "group; write %restart=job, or run on the Training Operator or local engine",
+            field="restart",
         )
-    check_restart_policy(spec)
-
-
-def check_restart_policy(spec: JobSpec) -> None:
-    """A TrainJob (v2.3.0) cannot say how its nodes restart: its runtimePatches reach only
-    metadata, volumes, containers and a few pod fields, while the pods' restartPolicy, the child
-    Job's backoffLimit and the JobSet's failurePolicy come from the runtime (Trainer sets none of
-    them, so JobSet's webhook makes the pods OnFailure and Kubernetes gives the Job backoffLimit
-    6). Refuse a spec that asks for restarts rather than run it with the runtime's count."""
-    if restart_plan(spec).scope is not None:
+    if plan.scope == "job" and plan.policy == "ExitCode":
         raise SpecError(
-            f"restart_policy {spec.restart_policy} is not held on Trainer v2: a TrainJob cannot "
-            "set its nodes' restartPolicy or backoffLimit (its training runtime decides them); "
-            "write %restartPolicy=Never here, or run on the Training Operator, Volcano or local "
-            "engine, which restart as asked",
+            f"restart_policy {spec.restart_policy} is not held on Trainer v2: its JobSet "
+            "restarts the whole group whatever a replica's exit code; write "
+            "%restartPolicy=OnFailure (or %restart=job alone), or run on the Volcano or local "
+            "engine, which restart by exit code",
             field="restart_policy",
         )
+
+
+def restarts_whole_job(spec: JobSpec) -> bool:
+    return restart_plan(spec).scope == "job"
+
+
+def restart_runtime(spec: JobSpec, target: Target, base: dict[str, Any]) -> dict[str, Any]:
+    """The job's own TrainingRuntime: a copy of the configured runtime `base` whose JobSet
+    restarts the whole group up to the plan's limit. Each child Job fails at its pod's first
+    failure (backoffLimit 0, restartPolicy Never), so a failed replica is never restarted in
+    place while its peers wait in a collective; JobSet then recreates every Job."""
+    runtime_spec = copy.deepcopy(base.get("spec") or {})
+    jobset = runtime_spec.setdefault("template", {}).setdefault("spec", {})
+    jobset["failurePolicy"] = {"maxRestarts": restart_plan(spec).limit}
+    for replicated_job in jobset.get("replicatedJobs") or []:
+        job_spec = replicated_job.setdefault("template", {}).setdefault("spec", {})
+        job_spec["backoffLimit"] = 0
+        job_spec.setdefault("template", {}).setdefault("spec", {})["restartPolicy"] = "Never"
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "TrainingRuntime",
+        "metadata": {
+            "name": target.job_id,
+            "namespace": target.namespace,
+            "labels": job_labels(target.job_id, target.owner),
+        },
+        "spec": runtime_spec,
+    }
 
 
 def _user_argv(options: ClusterOptions, code: CodeBundle) -> list[str]:
