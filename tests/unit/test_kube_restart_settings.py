@@ -249,7 +249,7 @@ def test_a_trainjob_without_restarts_keeps_the_configured_runtime_and_says_its_a
     assert job["spec"]["runtimeRef"]["kind"] == "ClusterTrainingRuntime"
     [restart] = [e for e in job["spec"]["trainer"]["env"] if e["name"] == "DISTRUN_RESTART"]
     path = restart["valueFrom"]["fieldRef"]["fieldPath"]
-    assert path == "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"
+    assert path == "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']"
 
 
 @pytest.mark.parametrize(
