@@ -37,8 +37,9 @@ const { values: opts } = parseArgs({
     'waiting-interpreters': { type: 'string', default: '' },
     // CPU-bound processes (nice 0) running through the click-to-first-line runs: a busy machine.
     busy: { type: 'string', default: '0' },
-    // Each round's runs twice: with the log stream opened beside the submission (a ticket)
-    // and without (the stream opened once the POST answers, as before 2026-11-27).
+    // Each round's runs twice: with the log stream opened with a ticket (ahead of the run,
+    // or beside its submission) and without (opened once the POST answers, as before
+    // 2026-11-27).
     'compare-early': { type: 'boolean', default: false },
     chromium: {
       type: 'string',
@@ -171,6 +172,7 @@ function countStreamLines() {
   const Native = window.WebSocket;
   window.__distrunLines = 0;
   window.__distrunNoEarly = false;
+  window.__distrunEarlySockets = [];
   // The early stream (a ticket's) refused at once, without reaching the server: the
   // extension then opens the job's own stream once the POST answers (the path before).
   const early = url => String(url).includes('/distrun/streams/');
@@ -178,6 +180,9 @@ function countStreamLines() {
     constructor(url, protocols) {
       const refused = window.__distrunNoEarly && early(url);
       super(refused ? 'ws://127.0.0.1:65535/' : url, protocols);
+      if (early(url)) {
+        window.__distrunEarlySockets.push(this);
+      }
       if (String(url).includes('/logs/stream') || early(url)) {
         this.addEventListener('message', event => {
           const message = JSON.parse(event.data);
@@ -553,7 +558,12 @@ async function main() {
       const [one, other] = round % 2 ? ['key', 'button'] : ['button', 'key'];
       const order = round % 2 ? [...variants].reverse() : variants;
       for (const variant of order) {
-        await page.evaluate(off => (window.__distrunNoEarly = off), !!variant);
+        await page.evaluate(off => {
+          window.__distrunNoEarly = off;
+          // The stream opened ahead for the next run, closed: it is opened again as asked.
+          window.__distrunEarlySockets.forEach(socket => socket.close());
+          window.__distrunEarlySockets = [];
+        }, !!variant);
         for (const [way, again] of [
           [one, false],
           [one, true],

@@ -21,7 +21,7 @@ import {
   isTerminal,
   ISubmitCell
 } from '../common/model';
-import { EarlyStream } from '../common/earlystream';
+import { earlyStreamForRun, openNextEarlyStream } from '../common/earlystream';
 import { JOB_MIME_TYPE } from '../common/tokens';
 import { traceMark } from '../common/trace';
 
@@ -100,8 +100,9 @@ export async function runCellDistributed(
     body.overrides = overrides;
   }
   const outputs = target.model.outputs;
-  // The job's log stream opens beside the submission (just after it), not after its answer.
-  const early = new EarlyStream();
+  // The job's log stream is open already (opened after the previous run), or opens beside
+  // the submission (just after it), not after its answer.
+  const early = earlyStreamForRun();
   traceMark('submit');
   // The request is on its way before the previous run's output is taken down (its view
   // disposed, the cell laid out again): run again, that work overlaps the round trip.
@@ -112,6 +113,7 @@ export async function runCellDistributed(
     const job = await submitted;
     traceMark('submitted', job.id);
     early.claim(job.id);
+    openNextEarlyStream();
     outputs.add(
       jobOutput(
         job,

@@ -6,7 +6,9 @@ handshake and the server's follower then overlap the submission instead of waiti
 answer, and the stream follows the job from its first line once the submission made it. A
 ticket is keyed by its owner: only the same user's submission settles their socket, so a socket
 never follows another user's job, whatever ticket it names. A ticket nobody settles within
-`TICKET_SECONDS` is refused (the socket's `error` message and close code 4404).
+`TICKET_SECONDS` is refused (the socket's `error` message and close code 4404): long enough for
+a socket opened ahead of the next run (after a run, so that no handshake competes with the next
+submission on the server), which counts among its user's open streams meanwhile.
 """
 
 import asyncio
@@ -16,7 +18,7 @@ from distrun.core.errors import NotFound, SpecError
 
 STREAM_TICKET_HEADER = "Distrun-Stream-Ticket"
 TICKET_PATTERN = r"[A-Za-z0-9_-]{16,64}"
-TICKET_SECONDS = 30.0
+TICKET_SECONDS = 600.0  # the extension opens the next run's stream after a run
 
 _TICKET = re.compile(TICKET_PATTERN)
 

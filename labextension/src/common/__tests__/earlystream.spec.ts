@@ -1,7 +1,11 @@
 /**
  * @jest-environment jsdom
  */
-import { EarlyStream } from '../earlystream';
+import {
+  EarlyStream,
+  earlyStreamForRun,
+  openNextEarlyStream
+} from '../earlystream';
 import { IStreamHandlers, JobStream } from '../stream';
 
 /** A socket that connects to nothing: the test delivers its messages and its close. */
@@ -108,5 +112,29 @@ describe('EarlyStream', () => {
     early.open();
     early.dispose();
     expect(FakeSocket.made[0].closed).toBe(true);
+  });
+
+  it("opened ahead after a run, it is the next run's while it is open", () => {
+    jest.useFakeTimers();
+    try {
+      openNextEarlyStream();
+      jest.advanceTimersByTime(2_000);
+      expect(FakeSocket.made).toHaveLength(1);
+      const next = earlyStreamForRun();
+      next.open(); // already open: no second socket
+      expect(FakeSocket.made).toHaveLength(1);
+      expect(FakeSocket.made[0].url).toContain(next.ticket);
+
+      openNextEarlyStream();
+      jest.advanceTimersByTime(2_000);
+      FakeSocket.made[1].refuse(4404); // the server's wait ended
+      const fresh = earlyStreamForRun();
+      expect(FakeSocket.made[1].closed).toBe(true);
+      fresh.open();
+      expect(FakeSocket.made).toHaveLength(3);
+      expect(FakeSocket.made[2].url).toContain(fresh.ticket);
+    } finally {
+      jest.useRealTimers();
+    }
   });
 });
