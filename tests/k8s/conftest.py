@@ -218,6 +218,15 @@ def kube_metrics(kube_cluster: KubeCluster) -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="module")
+def controllers_metrics(controllers_cluster: KubeCluster) -> Iterator[None]:
+    """The same metrics-server in `controllers_cluster`, where the real Trainer, JobSet and
+    Volcano controllers run, for one module."""
+    binary = Build.metrics_server or ensure_metrics_server() / "metrics-server"
+    with metrics_server(controllers_cluster, binary):
+        yield
+
+
 @pytest.fixture(scope="session")
 def operator_namespace(kube_cluster: KubeCluster) -> str:
     """A namespace the real Kubeflow Training Operator reconciles, for the session; this

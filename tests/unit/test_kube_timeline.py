@@ -247,3 +247,15 @@ def test_a_failure_and_its_restart_stay_together_within_one_second() -> None:
         ("restarting", None),
     ]
     assert job.timeline[3].text.endswith("after exit code 1")
+
+
+def test_an_oom_kill_seen_after_usage_was_read_names_the_peak_in_the_ledger() -> None:
+    """The restart ledger's words for an OOM kill carry the replica's peak working set where
+    metrics-server gave one before the kill, as the job's reason does (the tier's Trainer and
+    Volcano jobs showed "(a 4 GiB limit)" in the timeline beside the reason's peak)."""
+    book: RestartBook = {}
+    pod = operator_pod(1, (137, "OOMKilled", at(2), at(6)))
+    assert observe(book, "worker-0", pod, peak=190 * 2**20)
+    [failure] = book["worker-0"].failures
+    assert failure.text == "killed: out of memory (peak 190 MiB of a 200 MiB limit)"
+    assert failure.oom and failure.code == 137

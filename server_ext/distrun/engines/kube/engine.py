@@ -252,12 +252,16 @@ class KubeEngine:
         single replicas in their pods keep the job at its first."""
         return 1
 
+    def usage_peaks(self, obj: Obj) -> dict[str, int]:
+        """Each replica's largest working set metrics-server gave for the job so far."""
+        meta = obj["metadata"]
+        return self._usage.peaks(meta.get("namespace", ""), meta["name"])
+
     def describe_job(
         self, obj: Obj, spec: JobSpec, pods: dict[str, Obj], restarts: RestartBook | None = None
     ) -> Job:
         """The job, with the usage peaks read so far (an OOM kill's words name the peak)."""
-        meta = obj["metadata"]
-        peaks = self._usage.peaks(meta.get("namespace", ""), meta["name"])
+        peaks = self.usage_peaks(obj)
         phase = self.phase_with_pods(obj, spec, pods)
         return describe(self.name, obj, spec, pods, phase, restarts, peaks, self.pod_attempt)
 
@@ -523,7 +527,11 @@ class KubeEngine:
         with contextlib.suppress(DistrunError):
             await ledger.load()
         book = copy.deepcopy(ledger.restarts)
-        changed = [observe(book, name, pod, self.pod_attempt(pod)) for name, pod in pods.items()]
+        peaks = self.usage_peaks(obj)
+        changed = [
+            observe(book, name, pod, self.pod_attempt(pod), peaks.get(name))
+            for name, pod in pods.items()
+        ]
         if any(changed):
             with contextlib.suppress(DistrunError):
                 await ledger.record_restarts(book)
@@ -965,7 +973,7 @@ def describe(
     )
     seen = copy.deepcopy(restarts or {})  # with what the pods say now, read only
     for name, pod in pods.items():
-        observe(seen, name, pod, pod_attempt(pod))
+        observe(seen, name, pod, pod_attempt(pod), (peaks or {}).get(name))
     created = k8s_time(meta.get("creationTimestamp")) or 0.0
     return Job(
         id=meta["name"],

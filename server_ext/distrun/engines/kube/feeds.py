@@ -59,6 +59,8 @@ class JobSource(Protocol):
 
     def pod_attempt(self, pod: Obj) -> int: ...
 
+    def usage_peaks(self, obj: Obj) -> dict[str, int]: ...
+
     def replica_pods(self, pods: list[Obj], spec: JobSpec) -> dict[str, Obj]: ...
 
     def resource_of(self, obj: Obj) -> Resource: ...
@@ -298,8 +300,10 @@ class JobFeed:
     def _observe(self, pod: Obj) -> None:
         """Adds the pod's restarts and failed attempts to the job's restart ledger (its last
         state too, when it is deleted: the controller may delete a restarting pod at once)."""
+        peaks = self.source.usage_peaks(self.obj)
         for replica, same in self.source.replica_pods([pod], self.spec).items():
-            if observe(self.restarts, replica, same, self.source.pod_attempt(same)):
+            attempt = self.source.pod_attempt(same)
+            if observe(self.restarts, replica, same, attempt, peaks.get(replica)):
                 self._record()
 
     def _record(self) -> None:

@@ -71,9 +71,12 @@ class ReplicaRecord:
 RestartBook = dict[str, ReplicaRecord]  # by replica name
 
 
-def observe(book: RestartBook, replica: str, pod: Obj, attempt: int = 1) -> bool:
+def observe(
+    book: RestartBook, replica: str, pod: Obj, attempt: int = 1, peak: int | None = None
+) -> bool:
     """Adds what `pod`, of the job's `attempt`, says of `replica` to `book`; True when the
-    book changed."""
+    book changed. `peak`: the replica's largest working set read so far, which an OOM kill's
+    words name."""
     record = book.setdefault(replica, ReplicaRecord())
     changed = False
     uid, count = _uid(pod), _restart_count(pod)
@@ -83,7 +86,7 @@ def observe(book: RestartBook, replica: str, pod: Obj, attempt: int = 1) -> bool
         while len(record.pods) > PODS_KEPT:
             oldest = next(iter(record.pods))
             record.earlier += record.pods.pop(oldest)
-    for failure in pod_failures(pod, attempt):
+    for failure in pod_failures(pod, attempt, peak):
         changed = add_failure(record, failure) or changed
     started = first_start(pod)
     if started is not None:
@@ -116,9 +119,10 @@ def last_failure(pod: Obj) -> Failure | None:
     return failures[-1] if failures else None
 
 
-def pod_failures(pod: Obj, attempt: int = 1) -> list[Failure]:
+def pod_failures(pod: Obj, attempt: int = 1, peak: int | None = None) -> list[Failure]:
     """The runs of the pod's container that ended other than with exit 0, oldest first: the
-    one before the current run (lastState) and the one that ends now (state)."""
+    one before the current run (lastState) and the one that ends now (state); an OOM kill's
+    words with the replica's `peak`, where known."""
     container = _container(pod)
     count = _restart_count(pod)
     failures = []
@@ -126,7 +130,7 @@ def pod_failures(pod: Obj, attempt: int = 1) -> list[Failure]:
         terminated = (state or {}).get("terminated")
         if terminated and (terminated.get("exitCode") != 0 or _oom(terminated)):
             code = terminated.get("exitCode")
-            text = attempt_words(pod, terminated)[:MAX_TEXT]
+            text = attempt_words(pod, terminated, peak)[:MAX_TEXT]
             at = str(terminated.get("finishedAt") or "")
             code = code if isinstance(code, int) else None
             key = f"{_uid(pod)}/{run}" if _uid(pod) and run >= 0 else ""
