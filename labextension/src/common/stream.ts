@@ -35,6 +35,8 @@ export interface IStreamHandlers {
 }
 
 const MAX_BACKOFF_SECONDS = 15;
+/** How long an early socket may stay silent once its job exists before the job's own opens. */
+export const EARLY_SILENCE_MS = 3000;
 
 export class JobStream implements IDisposable {
   /** `since` is asked for on every (re)connect: the consumer owns the cursor. */
@@ -73,6 +75,13 @@ export class JobStream implements IDisposable {
     this._opened = true;
     this._early = true;
     this._listen(socket);
+    // A ticket is known only to the server that took the submission: behind a front that
+    // spreads requests over several servers, the socket may have reached another one, which
+    // never hears of the job. The server that made it says so at once (the job's status).
+    this._earlyTimer = window.setTimeout(
+      () => this._leaveEarly(),
+      EARLY_SILENCE_MS
+    );
     for (const event of held) {
       this._onMessage(event);
     }
@@ -93,6 +102,7 @@ export class JobStream implements IDisposable {
     }
     this._disposed = true;
     window.clearTimeout(this._retryTimer);
+    window.clearTimeout(this._earlyTimer);
     if (this._socket) {
       this._socket.onclose = null;
       this._socket.onmessage = null;
@@ -108,8 +118,12 @@ export class JobStream implements IDisposable {
     } catch {
       return;
     }
+    if (this._early && message.type === 'error') {
+      return; // the ticket unknown where the socket went: its close falls back to the job's own
+    }
     this._attempts = 0;
     this._early = false;
+    window.clearTimeout(this._earlyTimer);
     switch (message.type) {
       case 'runs':
         if (!this._linesSeen) {
@@ -152,9 +166,9 @@ export class JobStream implements IDisposable {
       return;
     }
     if (this._early) {
-      // Refused before its first message (a server without stream tickets): the job's own.
-      this._early = false;
-      this.connect();
+      // Refused before its first message (a server without stream tickets, or one that never
+      // heard of the ticket): the job's own.
+      this._leaveEarly();
       return;
     }
     if (event.code === 4404 || event.code === 4400) {
@@ -168,7 +182,23 @@ export class JobStream implements IDisposable {
     this._retryTimer = window.setTimeout(() => this.connect(), delay * 1000);
   }
 
+  /** Leaves the early socket that said nothing for the job's own stream (nothing was read). */
+  private _leaveEarly(): void {
+    window.clearTimeout(this._earlyTimer);
+    if (!this._early || this._disposed || this._finished) {
+      return;
+    }
+    this._early = false;
+    if (this._socket) {
+      this._socket.onclose = this._socket.onmessage = null;
+      this._socket.close();
+      this._socket = null;
+    }
+    this.connect();
+  }
+
   private _socket: WebSocket | null = null;
+  private _earlyTimer = 0;
   private _opened = false; // traced: the first connect only
   private _early = false; // on the socket opened before the job existed, no message yet
   private _linesSeen = false;

@@ -6,7 +6,7 @@ import {
   earlyStreamForRun,
   openNextEarlyStream
 } from '../earlystream';
-import { IStreamHandlers, JobStream } from '../stream';
+import { EARLY_SILENCE_MS, IStreamHandlers, JobStream } from '../stream';
 
 /** A socket that connects to nothing: the test delivers its messages and its close. */
 class FakeSocket {
@@ -105,6 +105,47 @@ describe('EarlyStream', () => {
     new JobStream('job-3', handlers, () => '').connect();
     expect(FakeSocket.made[2].closed).toBe(true);
     expect(FakeSocket.made[3].url).toContain('distrun/jobs/job-3/logs/stream');
+  });
+
+  it('silent once its job exists (another server took the submission), the view opens the job stream', () => {
+    jest.useFakeTimers({ doNotFake: ['performance'] });
+    try {
+      const early = new EarlyStream();
+      early.open();
+      early.claim('job-1');
+      const { seen, handlers } = recorder();
+      new JobStream('job-1', handlers, () => '').connect();
+      expect(FakeSocket.made).toHaveLength(1);
+      jest.advanceTimersByTime(EARLY_SILENCE_MS - 1);
+      expect(FakeSocket.made).toHaveLength(1);
+      jest.advanceTimersByTime(1);
+      const [ticketed, own] = FakeSocket.made;
+      expect(ticketed.closed).toBe(true);
+      expect(own.url).toContain('distrun/jobs/job-1/logs/stream');
+      ticketed.receive(RUNS); // a late message on the socket left: not read
+      own.receive({ type: 'status', job: JOB });
+      own.receive(RUNS);
+      expect(seen).toEqual(['status job-1', 'line first']);
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+
+  it('told the ticket is unknown there, the view opens the job stream and shows no error', () => {
+    const early = new EarlyStream();
+    early.open();
+    const [ticketed] = FakeSocket.made;
+    early.claim('job-1');
+    const { seen, handlers } = recorder();
+    new JobStream('job-1', handlers, () => '').connect();
+    ticketed.receive({
+      type: 'error',
+      message: 'no job of yours was submitted with stream ticket'
+    });
+    ticketed.refuse(4404);
+    expect(FakeSocket.made).toHaveLength(2);
+    FakeSocket.made[1].receive({ type: 'status', job: JOB });
+    expect(seen).toEqual(['status job-1']);
   });
 
   it('disposed (the submission failed), its socket closes', () => {
