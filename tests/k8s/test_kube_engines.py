@@ -215,6 +215,67 @@ async def test_status_follows_the_operators_conditions(
     assert failed.failed_replica == "worker-0"
 
 
+async def test_an_elastic_pytorchjobs_failed_worker_restarts_alone_while_the_others_go_on(
+    kube_cluster: KubeCluster,
+    operated: KubeflowEngine,
+    kube_admin: Any,
+    operator_namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """%elastic=2:3 on the real operator (elasticPolicy, pods OnFailure): worker-1's agent
+    exits 1 and its container restarts in place (the kubelet's part, done by hand: kwok does
+    not restart containers); the operator leaves the job running and the other replicas'
+    pods as they were, so their agents go on and the restarted one rejoins the rendezvous
+    (torch's part, shown with real processes in tests/training). distrun shows the restart of
+    that replica alone, why, and the job then succeeds."""
+    job_spec = spec(roles={"worker": {"replicas": 2}}, elastic="2:3", max_restarts=2)
+    names = ("master-0", "worker-0", "worker-1")
+    job, _logs = await submit_with_logs(
+        kube_cluster, operated, job_spec, monkeypatch, {n: (f"{n} up",) for n in names}
+    )
+    pods = await operator_pods(kube_admin, operator_namespace, job.id, 3)
+    await eventually(
+        lambda: operated.get_job(job.id, "alice"),
+        lambda j: j.state == JobState.RUNNING and all(r.started_at for r in j.replicas),
+        "every replica to run",
+    )
+    uids = {name: pod.metadata.uid for name, pod in pods.items()}
+    await restart_container(
+        kube_cluster,
+        kube_admin,
+        operator_namespace,
+        pods["worker-1"].metadata.name,
+        "pytorch",
+        "again",
+    )
+    during = await eventually(
+        lambda: operated.get_job(job.id, "alice"),
+        lambda j: [r.restarts for r in j.replicas] == [0, 0, 1],
+        "worker-1's restart to show",
+    )
+    print(f"--- elastic, worker-1 exit 1: {during.state.value}, {during.timeline[-1].text}")
+    assert during.state == JobState.RUNNING
+    assert (during.attempt, during.restart_scope) == (1, "replica")
+    assert during.last_failure is not None
+    assert during.last_failure.text == "worker-1 failed: exit code 1"
+    assert ("restarting", 1) in [(e.kind, e.attempt) for e in during.timeline]
+    now_pods = await job_pods(kube_admin, operator_namespace, job.id)
+    assert {name: pod.metadata.uid for name, pod in now_pods.items()} == uids  # none recreated
+    for name in ("master-0", "worker-0"):
+        [status] = now_pods[name].status.container_statuses
+        assert status.restart_count == 0 and status.state.running is not None, name
+    for name in ("worker-1", "worker-0", "master-0"):
+        await end_pod(
+            client.CoreV1Api(kube_admin), operator_namespace, now_pods[name].metadata.name, "0"
+        )
+    done = await eventually(
+        lambda: operated.get_job(job.id, "alice"), lambda j: j.state.terminal, "the job to end"
+    )
+    assert done.state == JobState.SUCCEEDED, done.reason
+    assert [r.restarts for r in done.replicas] == [0, 0, 1]
+    await operated.delete(job.id, "alice")
+
+
 async def test_no_restart_asked_means_one_attempt_whatever_the_backoff_limit(
     operated: KubeflowEngine, kube_admin: Any, operator_namespace: str
 ) -> None:
