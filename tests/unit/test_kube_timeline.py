@@ -259,3 +259,39 @@ def test_an_oom_kill_seen_after_usage_was_read_names_the_peak_in_the_ledger() ->
     [failure] = book["worker-0"].failures
     assert failure.text == "killed: out of memory (peak 190 MiB of a 200 MiB limit)"
     assert failure.oom and failure.code == 137
+
+
+def test_a_read_keeps_counts_and_failures_but_not_a_start_alone() -> None:
+    """A running pod's start is on the pod (and a follower records it): a read that sees only a
+    new start writes nothing; a failure or a restart count is worth a write."""
+    from distrun.engines.kube.restart_ledger import lasting_part, observe
+
+    book: dict[str, Any] = {}
+    before = lasting_part(book)
+    running = {
+        "metadata": {"uid": "u1"},
+        "status": {
+            "containerStatuses": [
+                {"restartCount": 0, "state": {"running": {"startedAt": "2026-11-27T07:00:00Z"}}}
+            ]
+        },
+    }
+    observe(book, "worker-0", running)
+    assert book["worker-0"].starts  # the read's answer has the start
+    assert lasting_part(book) == before
+    restarted = {
+        "metadata": {"uid": "u1"},
+        "status": {
+            "containerStatuses": [
+                {
+                    "restartCount": 1,
+                    "state": {"running": {"startedAt": "2026-11-27T07:00:09Z"}},
+                    "lastState": {
+                        "terminated": {"exitCode": 1, "finishedAt": "2026-11-27T07:00:08Z"}
+                    },
+                }
+            ]
+        },
+    }
+    observe(book, "worker-0", restarted)
+    assert lasting_part(book) != before

@@ -77,6 +77,7 @@ from distrun.engines.kube.restart_ledger import (
     RestartBook,
     attempt_words,
     blame,
+    lasting_part,
     observe,
 )
 from distrun.engines.kube.restart_ledger import apply as apply_restarts
@@ -527,12 +528,11 @@ class KubeEngine:
         with contextlib.suppress(DistrunError):
             await ledger.load()
         book = copy.deepcopy(ledger.restarts)
+        before = lasting_part(book)
         peaks = self.usage_peaks(obj)
-        changed = [
+        for name, pod in pods.items():
             observe(book, name, pod, self.pod_attempt(pod), peaks.get(name))
-            for name, pod in pods.items()
-        ]
-        if any(changed):
+        if lasting_part(book) != before:
             with contextlib.suppress(DistrunError):
                 await ledger.record_restarts(book)
         return book

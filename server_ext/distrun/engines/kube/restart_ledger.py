@@ -94,6 +94,18 @@ def observe(
     return changed
 
 
+def lasting_part(book: RestartBook) -> dict[str, tuple[Any, ...]]:
+    """What of `book` only the ledger can keep once the pods are gone and a read must write:
+    restart counts and failures. A start is on its pod while the attempt runs, and whoever
+    follows the job records it; a read that wrote every start it saw made each viewer's
+    connect a write (hundreds a minute when a hub's viewers connect at once)."""
+    lasting = {
+        name: (tuple(record.pods.items()), record.earlier, tuple(f.key for f in record.failures))
+        for name, record in book.items()
+    }
+    return {name: part for name, part in lasting.items() if part != ((), 0, ())}
+
+
 def add_failure(record: ReplicaRecord, failure: Failure) -> bool:
     """Adds `failure` unless it is there already; the newest FAILURES_KEPT stay."""
     if any(known.key == failure.key for known in record.failures):
