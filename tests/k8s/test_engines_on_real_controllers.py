@@ -504,16 +504,6 @@ async def test_trainer_refuses_restarts_its_jobset_cannot_make(
     assert listed["items"] == []
 
 
-def attempt_label(pod: Any) -> str:
-    """DISTRUN_RESTART as the kubelet gives it to the pod's node container: the annotation its
-    downward-API reference names (JobSet's restart count)."""
-    [main] = [c for c in pod.spec.containers if c.name == "node"]
-    [var] = [v for v in main.env if v.name == "DISTRUN_RESTART"]
-    path = var.value_from.field_ref.field_path
-    key = path.removeprefix("metadata.annotations['").removesuffix("']")
-    return str(pod.metadata.annotations[key])
-
-
 async def test_a_trainjob_whole_job_restart_recreates_every_node_then_succeeds(
     trainer: TrainerEngine, admin: Any, namespace: str
 ) -> None:
@@ -534,7 +524,7 @@ async def test_a_trainjob_whole_job_restart_recreates_every_node_then_succeeds(
         lambda: pods_of(admin, namespace, selector), all_running(2), "attempt 1's nodes to run"
     )
     first_uids = {pod.metadata.uid for pod in first}
-    assert {attempt_label(pod) for pod in first} == {"0"}
+    assert {restart_variable(pod, "node") for pod in first} == {"0"}
     [worker] = [p for p in first if trainer.replica_of(meta(p), job_spec) == "worker-0"]
     await end_pod(admin, namespace, worker.metadata.name, "1")
     second = await eventually(
@@ -542,7 +532,7 @@ async def test_a_trainjob_whole_job_restart_recreates_every_node_then_succeeds(
         lambda found: all_running(2)(found) and not first_uids & {p.metadata.uid for p in found},
         "attempt 2: every node's pod recreated and running",
     )
-    assert {attempt_label(pod) for pod in second} == {"1"}  # DISTRUN_RESTART, as locally
+    assert {restart_variable(pod, "node") for pod in second} == {"1"}  # DISTRUN_RESTART, as locally
     current = await eventually(
         lambda: trainer.get_job(job.id, OWNER),
         lambda j: j.state == JobState.RUNNING and j.attempt == 2,
