@@ -27,9 +27,6 @@ _SAFE_NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*\Z")
 WATCH_SECONDS = 240  # the server ends a watch after this; we reconnect from the last version
 # Bytes a followed log may hold unread before the socket is no longer read (see stream_log).
 LOG_STREAM_BUFFER = 64 * 1024
-# The TLS read buffer of a log stream's connection: asyncio's is 256 KiB per connection, half a
-# followed replica's memory (see bound_tls_buffer); a TLS record is at most 16 KiB of data.
-LOG_STREAM_TLS_BUFFER = 16 * 1024
 
 
 async def new_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
@@ -301,7 +298,6 @@ class KubeApi:
             kwargs["previous"] = True
         response = await self._raw(what, method, pod, namespace, **kwargs)
         bound_read_buffer(response.content, LOG_STREAM_BUFFER)
-        bound_tls_buffer(response, LOG_STREAM_TLS_BUFFER)
         try:
             yield response
         finally:
@@ -391,29 +387,6 @@ def bound_read_buffer(reader: Any, limit: int) -> None:
     if hasattr(reader, "_high_water_chunks") and hasattr(reader, "_low_water_chunks"):
         chunks = max(4, limit // 64)
         reader._low_water_chunks, reader._high_water_chunks = chunks // 2, chunks
-
-
-def bound_tls_buffer(response: Any, size: int) -> None:
-    """Make the TLS connection under `response` read into a buffer of `size` bytes.
-
-    Python's asyncio (3.11+, sslproto.SSLProtocol) gives every TLS connection a 256 KiB buffer
-    for the bytes it reads off the socket, whatever comes through it; a server following 1,200
-    replicas holds one connection per replica, 300 MiB of buffers for a few lines a second each
-    (docs/performance.md). Asyncio reads into it in one callback and never holds it between
-    callbacks, so swapping it between two is safe; a smaller one only means more reads for a
-    large answer. asyncio has no public way to size it: its attributes are set here when they
-    are there (on another transport, or without TLS, nothing changes)."""
-    connection = getattr(response, "connection", None)
-    transport = getattr(connection, "transport", None)
-    protocol: Any = getattr(transport, "_ssl_protocol", None)
-    if protocol is None or not all(
-        hasattr(protocol, name) for name in ("max_size", "_ssl_buffer", "_ssl_buffer_view")
-    ):
-        return
-    if protocol.max_size > size:
-        protocol.max_size = size
-        protocol._ssl_buffer = bytearray(size)
-        protocol._ssl_buffer_view = memoryview(protocol._ssl_buffer)
 
 
 class StreamedLines:
