@@ -3,6 +3,7 @@ server's memory does not balloon (tornado would otherwise buffer up to ServerApp
 512 MiB, before any handler runs). Measured on a real server process: its peak RSS (VmHWM)."""
 
 import json
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,10 +43,14 @@ def read_response(sock: socket.socket) -> tuple[int, bytes]:
     return int(head.split(b" ", 2)[1]), body
 
 
+# A value each route's path parameter matches (a stream ticket: 16 to 64 of [A-Za-z0-9_-]).
+SAMPLES = {"job_id": "some-job", "sweep_id": "some-sweep", "ticket": "a-ticket-of-our-own"}
+
+
 def every_route() -> list[tuple[str, str]]:
     calls = []
     for pattern, handler in routes():
-        path = "/" + pattern.replace("(?P<job_id>[^/]+)", "some-job")
+        path = "/" + re.sub(r"\(\?P<(\w+)>[^)]*\)", lambda group: SAMPLES[group[1]], pattern)
         calls += [(method.upper(), path) for method in sorted(handler_methods(handler))]
     return calls
 
@@ -53,6 +58,8 @@ def every_route() -> list[tuple[str, str]]:
 def test_the_routes_to_check_are_found():
     assert ("POST", "/distrun/jobs") in every_route()
     assert ("GET", "/distrun/jobs/some-job/logs/stream") in every_route()
+    assert ("GET", "/distrun/streams/a-ticket-of-our-own") in every_route()
+    assert not [path for _, path in every_route() if "(" in path]  # every parameter filled
 
 
 @pytest.mark.parametrize("with_token", [True, False], ids=["token", "anonymous"])

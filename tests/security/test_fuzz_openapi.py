@@ -126,7 +126,7 @@ def test_the_api_survives_thousands_of_generated_requests(server: ServerProcess)
         (result.ok() for result in schema.get_all_operations()),
         key=lambda operation: operation.label == LAST,
     )
-    assert len(operations) == 17
+    assert len(operations) == 18
     session = requests.Session()
     session.headers.update(server.headers)
     job_id = real_job(server, session)
