@@ -295,3 +295,18 @@ def test_a_read_keeps_counts_and_failures_but_not_a_start_alone() -> None:
     }
     observe(book, "worker-0", restarted)
     assert lasting_part(book) != before
+
+
+def test_an_attempt_annotation_that_is_not_a_count_reads_as_the_first_attempt() -> None:
+    """The pod's annotations are the user's to write through the job's template: a value that
+    is not ASCII digits ("²".isdigit() holds; int() refuses it) is no count."""
+    from distrun.engines.kube.manifests.volcano import ANNOTATION_RETRY_COUNT
+    from distrun.engines.kube.trainer import TrainerEngine
+
+    for engine, key in (
+        (VolcanoEngine(), ANNOTATION_RETRY_COUNT),
+        (TrainerEngine(), "jobset.sigs.k8s.io/restart-attempt"),
+    ):
+        for value, attempt in (("2", 3), ("²", 1), ("-1", 1), ("9" * 20, 1)):
+            pod = {"metadata": {"annotations": {key: value}}}
+            assert engine.pod_attempt(pod) == attempt, (engine.name, value)

@@ -996,6 +996,14 @@ def describe(
     )
 
 
+def annotated_count(pod: Obj, key: str) -> int:
+    """A count a controller wrote into the pod's annotation `key` (0 when absent or not one):
+    ASCII digits, few enough for a count ("²".isdigit() holds, and int() refuses it)."""
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(key, "")
+    valid = isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 6
+    return int(value) if valid else 0
+
+
 def owner_reference(job: Obj) -> Obj:
     """An ownerReferences entry naming `job`: the garbage collector removes what carries it."""
     meta = job["metadata"]

@@ -11,7 +11,13 @@ from distrun.core.errors import Conflict, DistrunError, Forbidden, NotFound, Spe
 from distrun.core.job import Job, JobState
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.client import KubeApi, Obj, Resource, accesses
-from distrun.engines.kube.engine import KubeEngine, Phase, conditions_phase, owner_reference
+from distrun.engines.kube.engine import (
+    KubeEngine,
+    Phase,
+    annotated_count,
+    conditions_phase,
+    owner_reference,
+)
 from distrun.engines.kube.manifests.common import Target
 from distrun.engines.kube.manifests.configmap import CodeBundle
 from distrun.engines.kube.manifests.trainer import (
@@ -185,14 +191,15 @@ class TrainerEngine(KubeEngine):
         return REPLICATED_JOB
 
     def pod_attempt(self, pod: Obj) -> int:
-        return _restart_attempt(pod) + 1
+        """JobSet's restart count when it made the pod, plus one."""
+        return annotated_count(pod, ANNOTATION_RESTART_ATTEMPT) + 1
 
     def phase_with_pods(self, obj: Obj, spec: JobSpec, pods: dict[str, Obj]) -> Phase:
         """A whole-job restart's count is JobSet's, which labels every pod it makes."""
         phase = self.phase(obj)
         if not restarts_whole_job(spec):
             return phase
-        restarts = max((_restart_attempt(pod) for pod in pods.values()), default=0)
+        restarts = max((self.pod_attempt(pod) for pod in pods.values()), default=1) - 1
         return dataclasses.replace(phase, restarts=restarts, restart_scope="job")
 
     async def waiting_reason(self, api: KubeApi, obj: Obj, job: Job) -> str | None:
@@ -212,14 +219,6 @@ class TrainerEngine(KubeEngine):
         if phase.state is None and suspended:
             return Phase(JobState.PENDING, "suspended", phase.started_at)
         return phase
-
-
-def _restart_attempt(pod: Obj) -> int:
-    """JobSet's restart count when it made the pod."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    value = annotations.get(ANNOTATION_RESTART_ATTEMPT, "")
-    valid = isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 6
-    return int(value) if valid else 0
 
 
 def _has_distruns_patch(obj: Obj) -> bool:

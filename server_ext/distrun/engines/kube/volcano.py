@@ -6,7 +6,7 @@ from distrun.core.frameworks import FRAMEWORKS
 from distrun.core.job import Job, JobState
 from distrun.core.spec import JobSpec
 from distrun.engines.kube.client import KubeApi, Obj, Resource, accesses
-from distrun.engines.kube.engine import KubeEngine, Phase, k8s_time
+from distrun.engines.kube.engine import KubeEngine, Phase, annotated_count, k8s_time
 from distrun.engines.kube.gpu_modes import gpu_shortage
 from distrun.engines.kube.manifests.common import Target
 from distrun.engines.kube.manifests.configmap import CodeBundle
@@ -68,9 +68,7 @@ class VolcanoEngine(KubeEngine):
 
     def pod_attempt(self, pod: Obj) -> int:
         """The job's retryCount when the controller made the pod, plus one."""
-        annotations = pod["metadata"].get("annotations") or {}
-        count = str(annotations.get(ANNOTATION_RETRY_COUNT, "0"))
-        return int(count) + 1 if count.isdigit() else 1
+        return annotated_count(pod, ANNOTATION_RETRY_COUNT) + 1
 
     def phase(self, obj: Obj) -> Phase:
         status = obj.get("status") or {}
