@@ -20,6 +20,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
+import { launchChromium, median } from './common.mjs';
+
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = join(HERE, '..', '..');
 const require = createRequire(join(REPO, 'ui-tests', 'package.json'));
@@ -109,14 +111,6 @@ function percentile(sorted, p) {
   return sorted[
     Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))
   ];
-}
-
-function median(values) {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2
-    ? sorted[middle]
-    : (sorted[middle - 1] + sorted[middle]) / 2;
 }
 
 const ms = value => (Number.isFinite(value) ? `${value.toFixed(1)} ms` : 'n/a');
@@ -513,16 +507,7 @@ function report(label, result) {
 
 async function main() {
   const lab = await startLab();
-  const browser = await chromium.launch({
-    executablePath: opts.chromium,
-    args: [
-      '--no-sandbox',
-      '--headless',
-      '--disable-gpu',
-      '--no-first-run',
-      '--disable-sync'
-    ]
-  });
+  const browser = await launchChromium(chromium, opts.chromium);
   try {
     const context = await browser.newContext({
       viewport: { width: 1400, height: 900 }

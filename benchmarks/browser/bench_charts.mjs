@@ -20,6 +20,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
+import { launchChromium, median } from './common.mjs';
+
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = join(HERE, '..', '..');
 const requireUi = createRequire(join(REPO, 'ui-tests', 'package.json'));
@@ -212,25 +214,11 @@ function pageSetup({ width, height }) {
   };
 }
 
-const median = values => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-};
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
 
 /** A fresh browser per case, so that its one renderer process holds only that chart. */
 async function openPage() {
-  const browser = await chromium.launch({
-    executablePath: opts.chromium,
-    args: [
-      '--no-sandbox',
-      '--headless',
-      '--disable-gpu',
-      '--no-first-run',
-      '--disable-sync'
-    ]
-  });
+  const browser = await launchChromium(chromium, opts.chromium);
   const context = await browser.newContext({
     viewport: { width: 1200, height: 600 }
   });
