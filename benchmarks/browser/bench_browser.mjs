@@ -388,6 +388,10 @@ async function stagesOf(page, input, painted) {
 /** Medians of each stage across runs, one line each. */
 function printStages(title, runs) {
   console.log(title);
+  if (runs.length === 0) {
+    console.log('  (no run of this kind: more --runs give every kind one)');
+    return;
+  }
   for (const name of Object.keys(runs[0])) {
     const values = runs.map(run => run[name]).filter(Number.isFinite);
     console.log(`  ${name.padEnd(52)} ${ms(median(values))}`);
@@ -578,6 +582,12 @@ async function main() {
     );
     for (const kind of kinds) {
       const totals = runs[kind].map(run => run.total);
+      if (totals.length === 0) {
+        console.log(
+          `  ${kind.padEnd(62)} no run (more --runs give every kind one)`
+        );
+        continue;
+      }
       console.log(
         `  ${kind.padEnd(62)} ${spread(totals)} (${totals.length} runs): ` +
           `${(median(totals) / plainMedian).toFixed(2)}x the plain cell`
