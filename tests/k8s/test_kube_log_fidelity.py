@@ -260,8 +260,8 @@ async def test_stalled_followers_hold_up_no_one_hold_no_memory_and_leave_no_task
     # Had the stalled followers read on, they would hold three times what was written (it was
     # 4.5 times, when aiohttp buffered 4 MiB per stream); bounded, it is their queues, a 64 KiB
     # buffer per stream, and the connections: once the pods ended, each stalled follower opens
-    # a read of each ended container's whole log (it waits on its queue like the rest), and
-    # asyncio keeps 128 KiB of TLS buffer per connection, some 4 MiB here whatever was written.
+    # a read of each ended container's whole log (it waits on its queue like the rest); their
+    # TLS read buffer is the event loop's one (client.share_tls_buffer), not 256 KiB each.
     assert written > 3 * MiB
     assert growth < 2 * written, "the stalled followers read on into memory"
 

@@ -5,12 +5,15 @@ Responses are read raw and parsed as JSON, so every object stays the API's own c
 without a line-length ceiling. Failures become domain errors with the API's message.
 """
 
+import asyncio
+import asyncio.selector_events
 import contextlib
 import copy
 import hashlib
 import json
 import os
 import re
+import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -347,6 +350,7 @@ class KubeApi:
         try:
             response = await method(*args, _preload_content=False, **kwargs)
             if 200 <= response.status < 300:
+                share_tls_buffer(response)
                 return response
             body = await response.read()
             response.release()
@@ -387,6 +391,52 @@ def bound_read_buffer(reader: Any, limit: int) -> None:
     if hasattr(reader, "_high_water_chunks") and hasattr(reader, "_low_water_chunks"):
         chunks = max(4, limit // 64)
         reader._low_water_chunks, reader._high_water_chunks = chunks // 2, chunks
+
+
+def share_tls_buffer(response: Any) -> None:
+    """Make the TLS connection under `response` read the socket into its event loop's one
+    shared buffer instead of a buffer of its own.
+
+    Python's asyncio (3.11+, sslproto.SSLProtocol) gives every TLS connection a 256 KiB buffer
+    for the bytes it reads off the socket, whatever comes through it: a server following 1,200
+    replicas holds a connection per replica, 300 MiB of buffers for a few lines a second each
+    (docs/performance.md). On a selector event loop the buffer is only used within one
+    callback (get_buffer, recv_into, then buffer_updated copies the bytes into the TLS
+    object), so one buffer per loop serves every connection; it keeps asyncio's size, since a
+    smaller one cuts every read to that size: a follower catching up on a long log then reads
+    it several times slower (with 16 KiB it fell behind the pods it followed, so their
+    unfinished lines went unseen: tests/k8s/test_kube_log_fidelity.py). asyncio has no public
+    way to do this: its attributes are set when they are there, on a selector transport only
+    (elsewhere nothing changes)."""
+    connection = getattr(response, "connection", None)
+    transport = getattr(connection, "transport", None)
+    protocol: Any = getattr(transport, "_ssl_protocol", None)
+    if protocol is None or not all(
+        hasattr(protocol, name) for name in ("max_size", "_ssl_buffer", "_ssl_buffer_view")
+    ):
+        return
+    selector_transport = getattr(asyncio.selector_events, "_SelectorSocketTransport", None)
+    if selector_transport is None or not isinstance(
+        getattr(protocol, "_transport", None), selector_transport
+    ):
+        return
+    shared = _loop_tls_buffer(protocol.max_size)
+    if protocol._ssl_buffer is not shared.obj:
+        protocol._ssl_buffer, protocol._ssl_buffer_view = shared.obj, shared
+
+
+_TLS_BUFFERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, memoryview]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _loop_tls_buffer(size: int) -> memoryview:
+    """The running loop's shared TLS read buffer, of at least `size` bytes."""
+    loop = asyncio.get_running_loop()
+    view = _TLS_BUFFERS.get(loop)
+    if view is None or len(view) < size:
+        view = _TLS_BUFFERS[loop] = memoryview(bytearray(size))
+    return view
 
 
 class StreamedLines:
