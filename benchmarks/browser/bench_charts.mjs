@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 /**
- * The labextension's line chart (`labextension/src/common/chart.ts`, hand-drawn SVG, used by
- * the log viewer's Metrics and Usage tabs and the sweep views) beside uPlot (the npm package
- * pinned in package.json), drawing the same data in Debian's Chromium:
+ * The labextension's line chart (`labextension/src/common/linechart.ts`: the product's
+ * `LineChart` on uPlot, as the log viewer's Metrics and Usage tabs and the sweep views use it)
+ * beside the hand-drawn SVG chart it replaced (`svgchart.ts` here, kept only as the
+ * baseline), drawing the same data in Debian's Chromium:
  *
  * 1. first paint: 8 and 32 series x 1k and 10k points, from the call to the frame after it
  *    (wall time and the renderer's main-thread task time), then the JS heap and DOM nodes;
@@ -59,20 +60,34 @@ try {
   process.exit(0);
 }
 
-/** chart.ts as the browser runs it: transpiled, its exports put on window.svgChart. */
-function chartScript() {
-  const source = readFileSync(
-    join(REPO, 'labextension', 'src', 'common', 'chart.ts'),
-    'utf8'
-  );
-  const { outputText } = typescript.transpileModule(source, {
+/**
+ * A TypeScript module as the browser runs it: transpiled to CommonJS, its exports put on
+ * window.benchModules[name]; `require` gives uPlot's page global for 'uplot' and the modules
+ * loaded before it for the others.
+ */
+function moduleScript(name, path) {
+  const { outputText } = typescript.transpileModule(readFileSync(path, 'utf8'), {
     compilerOptions: {
       target: typescript.ScriptTarget.ES2020,
-      module: typescript.ModuleKind.None
+      module: typescript.ModuleKind.CommonJS,
+      esModuleInterop: true
     }
   });
-  return `(function () { var exports = {}; ${outputText}; window.svgChart = exports; })();`;
+  return (
+    '(function () { var modules = (window.benchModules ??= {});' +
+    " var require = n => (n === 'uplot' ? window.uPlot : modules[n]);" +
+    ` var module = { exports: {} }; var exports = module.exports; ${outputText};` +
+    ` modules[${JSON.stringify(name)}] = module.exports; })();`
+  );
 }
+
+const COMMON = join(REPO, 'labextension', 'src', 'common');
+/** The modules the page loads, in order: the baseline, then the product's chart. */
+const MODULES = [
+  ['svgchart', join(HERE, 'svgchart.ts')],
+  ['./chartdata', join(COMMON, 'chartdata.ts')],
+  ['linechart', join(COMMON, 'linechart.ts')]
+];
 
 /** In the page: both charts behind one interface, the data, and the timing helpers. */
 function pageSetup({ width, height }) {
@@ -98,7 +113,7 @@ function pageSetup({ width, height }) {
       node.classList.add('jp-distrun-Chart');
       host.append(node);
       const draw = () =>
-        window.svgChart.renderChart(
+        window.benchModules.svgchart.renderChart(
           node,
           d.ys.map((ys, s) => ({
             label: `worker-${s}`,
@@ -115,61 +130,21 @@ function pageSetup({ width, height }) {
 
   const uplot = {
     create(host, d) {
-      const colors = [
-        '#1976d2',
-        '#ef6c00',
-        '#388e3c',
-        '#d32f2f',
-        '#7b1fa2',
-        '#5d4037',
-        '#c2185b',
-        '#616161'
-      ];
-      const drawLimits = u => {
-        const { ctx } = u;
-        ctx.save();
-        ctx.setLineDash([6, 4]);
-        ctx.strokeStyle = '#d32f2f';
-        for (const limit of limits) {
-          const y = u.valToPos(limit.y, 'y', true);
-          ctx.beginPath();
-          ctx.moveTo(u.bbox.left, y);
-          ctx.lineTo(u.bbox.left + u.bbox.width, y);
-          ctx.stroke();
-        }
-        ctx.restore();
-      };
-      const u = new window.uPlot(
-        {
-          width,
-          height,
-          scales: {
-            x: { time: false },
-            y: {
-              range: (u, min, max) => [
-                Math.min(min, 0),
-                Math.max(max, ...limits.map(l => l.y))
-              ]
-            }
-          },
-          axes: [{ label: 'step' }, { label: 'cpu' }],
-          series: [
-            {},
-            ...d.ys.map((_, s) => ({
-              label: `worker-${s}`,
-              stroke: colors[s % colors.length],
-              width: 1.5,
-              points: { show: false }
-            }))
-          ],
-          // The panels keep their own legend (MetricChart's), as with the SVG chart.
-          legend: { show: false },
-          hooks: { draw: [drawLimits] }
-        },
-        [d.xs, ...d.ys],
-        host
-      );
-      return { update: () => u.setData([d.xs, ...d.ys]) };
+      const node = document.createElement('div');
+      node.className = 'jp-distrun-Chart';
+      host.append(node);
+      const { LineChart } = window.benchModules.linechart;
+      const chart = new LineChart(node, host, () => ({ width, height }));
+      const series = () =>
+        d.ys.map((ys, s) => ({
+          label: `worker-${s}`,
+          colorClass: `jp-distrun-c${s % 8}`,
+          xs: d.xs,
+          ys
+        }));
+      const spec = { xLabel: 'step', yLabel: 'cpu', limits };
+      chart.update(series(), spec);
+      return { update: () => chart.update(series(), spec) };
     }
   };
 
@@ -237,7 +212,9 @@ async function openPage() {
       'utf8'
     )
   });
-  await page.addScriptTag({ content: chartScript() });
+  for (const [name, path] of MODULES) {
+    await page.addScriptTag({ content: moduleScript(name, path) });
+  }
   await page.evaluate(pageSetup, { width: WIDTH, height: HEIGHT });
   return { browser, page, cdp, browserCdp };
 }
@@ -395,7 +372,7 @@ async function main() {
   console.log(
     `Chromium ${chromiumVersion}, uPlot ${uplotVersion}, ${WIDTH}x${HEIGHT} px, ` +
       `${RUNS} runs (first paint), ${LIVE_RUNS} run(s) of ${LIVE_UPDATES} updates every ` +
-      `${INTERVAL_MS} ms (live); figures are "svg | uplot (svg/uplot)", ms and MB, medians`
+      `${INTERVAL_MS} ms (live); figures are "svg | uplot (svg/uplot)", uplot = the product's LineChart, ms and MB, medians`
   );
   console.log(
     '\nFirst paint (call = the drawing call, painted = to the next frame, task = main-thread ' +

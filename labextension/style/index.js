@@ -1,1 +1,2 @@
+import 'uplot/dist/uPlot.min.css';
 import './base.css';

@@ -1,11 +1,13 @@
 /**
  * What every metrics chart shows: a select of the metrics there are, the chart of the chosen
- * one with a legend, and a note instead when there is nothing to plot. The log viewer's
+ * one (linechart.ts: zoom, and a legend with each line's value), and a note instead when
+ * there is nothing to plot. The log viewer's
  * Metrics tab (one line per replica) and the sweep and compare views (one line per run) each
  * decide what to plot; this draws it.
  */
 
-import { IChartOptions, IChartSeries, renderChart } from './chart';
+import { IChartSeries } from './chartdata';
+import { IChartSpec, ISize, LineChart } from './linechart';
 import { ITrans } from './trans';
 
 export class MetricChart {
@@ -17,6 +19,10 @@ export class MetricChart {
     chartTestId: string;
     /** Called when the person chooses another metric. */
     onChoose: () => void;
+    /** The element whose resizing resizes the chart. */
+    fitTo: HTMLElement;
+    /** The chart's size (legend included) for the element's size. */
+    size: () => ISize;
   }) {
     const bar = document.createElement('div');
     bar.className = 'jp-distrun-MetricsPanel-bar';
@@ -29,17 +35,18 @@ export class MetricChart {
       options.onChoose();
     };
     label.append(this._select);
-    this._legend.className = 'jp-distrun-MetricsPanel-legend';
-    bar.append(label, this._legend);
+    bar.append(label);
     this._empty.className = 'jp-distrun-MetricsPanel-empty';
     this._empty.textContent = options.empty;
-    this._chart.classList.add('jp-distrun-Chart');
-    this._chart.dataset.testId = options.chartTestId;
-    this._chart.setAttribute('role', 'img');
-    this.nodes = [bar, this._empty, this._chart];
+    const host = document.createElement('div');
+    host.className = 'jp-distrun-Chart';
+    host.dataset.testId = options.chartTestId;
+    host.setAttribute('role', 'img');
+    this._chart = new LineChart(host, options.fitTo, options.size);
+    this.nodes = [bar, this._empty, host];
   }
 
-  /** The bar (select and legend), the note and the chart, to put in a widget's node. */
+  /** The bar (the select), the note and the chart, to put in a widget's node. */
   readonly nodes: readonly Element[];
 
   /** The metric shown ('' while there is none). */
@@ -66,38 +73,26 @@ export class MetricChart {
     return this._chosen;
   }
 
-  /** Draws `series` of the chosen metric with their legend, or the note when there is none. */
+  /** Draws `series` of the chosen metric, or the note when there is none. */
   draw(
     series: readonly IChartSeries[],
-    options: IChartOptions,
+    spec: IChartSpec,
     ariaLabel: string
   ): void {
     this._empty.hidden = series.length > 0;
-    this._chart.style.display = series.length ? '' : 'none';
-    this._chart.dataset.series = String(series.length);
-    if (!series.length) {
-      this._legend.replaceChildren();
-      return;
-    }
-    renderChart(this._chart, series, options);
-    this._chart.setAttribute('aria-label', ariaLabel);
-    this._legend.replaceChildren(
-      ...series.map(one => {
-        const item = document.createElement('span');
-        item.className = `jp-distrun-MetricsPanel-key ${one.colorClass}`;
-        item.textContent = one.label;
-        return item;
-      })
-    );
+    this._chart.node.style.display = series.length ? '' : 'none';
+    this._chart.update(series, spec);
+    this._chart.node.setAttribute('aria-label', ariaLabel);
+  }
+
+  /** Frees the chart (its uPlot and observers). */
+  dispose(): void {
+    this._chart.dispose();
   }
 
   private _chosen = '';
   private _offered: string[] = [];
   private readonly _select = document.createElement('select');
-  private readonly _legend = document.createElement('span');
   private readonly _empty = document.createElement('div');
-  private readonly _chart = document.createElementNS(
-    'http://www.w3.org/2000/svg',
-    'svg'
-  );
+  private readonly _chart: LineChart;
 }

@@ -110,7 +110,8 @@ export class LogViewer extends Panel {
         selectTestId: 'distrun-viewer-usage-measure',
         chartTestId: 'distrun-viewer-usage-chart',
         preferred: this._usageStore.preferred,
-        xLabel: this._trans.__('seconds')
+        xLabel: this._trans.__('time'),
+        xTime: true
       }
     );
     this._timeline = new TimelinePanel(this._trans);

@@ -1,12 +1,13 @@
 /**
  * The log viewer's Metrics and Usage tabs: a select of the measures there are and a live
- * chart of the chosen one, one line per replica.
+ * chart of the chosen one, one line per replica (drag to zoom, double-click to zoom out, the
+ * legend giving each replica's value under the cursor or its latest).
  */
 
 import { TranslationBundle } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
 
-import { IChartLimit, IChartSeries } from '../common/chart';
+import { IChartLimit, IChartSeries } from '../common/chartdata';
 import { MetricChart } from '../common/metricchart';
 import { replicaColorIndex } from '../common/colors';
 import { MetricSeries } from './metrics';
@@ -33,6 +34,8 @@ export interface IPanelOptions {
   preferred: readonly string[];
   /** The x axis' label; by default "step" (or "log line" for series without steps). */
   xLabel?: string;
+  /** The x values are Unix times in seconds (drawn as a time axis). */
+  xTime?: boolean;
 }
 
 /** The Metrics tab's options: metrics read from the lines (and TensorBoard's scalars). */
@@ -63,7 +66,12 @@ export class MetricsPanel extends Widget {
       empty: _options.empty,
       selectTestId: _options.selectTestId,
       chartTestId: _options.chartTestId,
-      onChoose: () => this._draw()
+      onChoose: () => this._draw(),
+      fitTo: this.node,
+      size: () => ({
+        width: this.node.clientWidth - 16,
+        height: this.node.clientHeight - this._chartTop()
+      })
     });
     this._notes.className = 'jp-distrun-MetricsPanel-notes';
     this._notes.dataset.testId = `${_options.testId}-notes`;
@@ -103,6 +111,7 @@ export class MetricsPanel extends Widget {
 
   dispose(): void {
     window.clearTimeout(this._timer);
+    this._chart.dispose();
     super.dispose();
   }
 
@@ -110,10 +119,10 @@ export class MetricsPanel extends Widget {
     this._draw();
   }
 
-  protected onResize(): void {
-    if (this.isVisible) {
-      this._draw();
-    }
+  /** How far down the panel the chart starts (under the notes and the select), in pixels. */
+  private _chartTop(): number {
+    const chart = this._chart.nodes[2].getBoundingClientRect();
+    return chart.top - this.node.getBoundingClientRect().top + 8;
   }
 
   private _draw(): void {
@@ -135,12 +144,11 @@ export class MetricsPanel extends Widget {
     this._chart.draw(
       chartSeries,
       {
-        width: Math.max(200, this.node.clientWidth - 16),
-        height: Math.max(160, this.node.clientHeight - 56),
         xLabel:
           this._options.xLabel ??
           (byStep ? this._trans.__('step') : this._trans.__('log line')),
         yLabel: chosen,
+        xTime: this._options.xTime,
         limits: chosen ? (this._store.limits?.(chosen) ?? []) : []
       },
       this._trans.__('%1 per replica', chosen)

@@ -1,10 +1,10 @@
 /**
  * A job's usage samples (the log websocket's version 3) as the Usage tab plots them: one
  * measure each (CPU, resident memory, GPU utilisation where there is one), a series per
- * replica, over seconds since the first sample.
+ * replica, over the samples' times (Unix seconds: the chart's time axis).
  */
 
-import { IChartLimit } from '../common/chart';
+import { IChartLimit } from '../common/chartdata';
 import { IJobSpec, IUsageReport, IUsageSample } from '../common/model';
 import { ITrans } from '../common/trans';
 import { roleMemoryLimits } from '../common/usage';
@@ -39,8 +39,7 @@ export class UsageStore implements IMeasureSource {
   /** Takes new samples, each once (the stream gives each once across reconnects). */
   add(samples: IUsageSample[]): void {
     for (const sample of samples) {
-      this._start ??= sample.time;
-      const x = sample.time - this._start;
+      const x = sample.time;
       for (const [replica, usage] of Object.entries(sample.replicas)) {
         this._series(this._names.cpu, replica).add(x, usage.cpu_percent);
         this._series(this._names.memory, replica).add(x, usage.rss_bytes / MiB);
@@ -110,7 +109,6 @@ export class UsageStore implements IMeasureSource {
 
   private readonly _names: { cpu: string; memory: string; gpu: string };
   private readonly _byMeasure = new Map<string, Map<string, MetricSeries>>();
-  private _start: number | undefined;
   private _spec: IJobSpec | null = null;
   private _memoryLimits: IChartLimit[] = [];
   private _version = 0;

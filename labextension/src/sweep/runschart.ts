@@ -7,7 +7,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
 
 import { PALETTE_SIZE } from '../common/colors';
-import { IChartSeries } from '../common/chart';
+import { IChartSeries } from '../common/chartdata';
 import { MetricChart } from '../common/metricchart';
 import { MetricPoint } from '../common/model';
 
@@ -33,7 +33,12 @@ export class RunsChart extends Widget {
       empty: this._trans.__('No metrics reported yet.'),
       selectTestId: 'distrun-runs-metric',
       chartTestId: 'distrun-runs-chart',
-      onChoose: () => this._draw()
+      onChoose: () => this._draw(),
+      fitTo: this.node,
+      size: () => ({
+        width: Math.max(320, this.node.clientWidth - 16),
+        height: 280
+      })
     });
     this.node.append(...this._chart.nodes);
   }
@@ -47,8 +52,9 @@ export class RunsChart extends Widget {
     this._draw();
   }
 
-  protected onResize(): void {
-    this._draw();
+  dispose(): void {
+    this._chart.dispose();
+    super.dispose();
   }
 
   private _draw(): void {
@@ -63,15 +69,14 @@ export class RunsChart extends Widget {
       .filter(run => run.series[chosen]?.length)
       .map(run => ({
         label: run.label,
-        colorClass: `jp-distrun-c${run.index % PALETTE_SIZE}${run.highlight ? ' jp-mod-highlight' : ''}`,
+        colorClass: `jp-distrun-c${run.index % PALETTE_SIZE}`,
+        highlight: run.highlight,
         xs: run.series[chosen].map(([step]) => step),
         ys: run.series[chosen].map(([, value]) => value)
       }));
     this._chart.draw(
       series,
       {
-        width: Math.max(320, this.node.clientWidth - 16),
-        height: 240,
         xLabel: this._trans.__('step'),
         yLabel: chosen
       },

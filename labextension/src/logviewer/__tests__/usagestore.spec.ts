@@ -17,7 +17,7 @@ function usage(cpu: number, rss: number, gpu: number | null = null) {
 }
 
 describe('UsageStore', () => {
-  it('plots each measure per replica over seconds since the first sample', () => {
+  it('plots each measure per replica over the samples times', () => {
     const store = new UsageStore(trans);
     store.add([
       { seq: 0, time: 100, replicas: { 'worker-0': usage(50, 64 * MiB) } },
@@ -37,8 +37,8 @@ describe('UsageStore', () => {
     ]);
     const memory = store.series('memory (MiB, resident)');
     expect(memory.map(s => [s.replica, s.xs, s.ys])).toEqual([
-      ['worker-0', [0, 1.5], [64, 128]],
-      ['worker-1', [1.5], [32]]
+      ['worker-0', [100, 101.5], [64, 128]],
+      ['worker-1', [101.5], [32]]
     ]);
     expect(
       store.series('GPU (%, the busiest it holds)').map(s => s.replica)
