@@ -155,18 +155,35 @@ test.describe('Log viewer', () => {
     await byTestId(view, 'distrun-viewer-tab-metrics').click();
     await expect(byTestId(view, 'distrun-viewer-metric')).toHaveValue('loss');
     const chart = byTestId(view, 'distrun-viewer-chart');
+    await expect(chart.locator('.uplot canvas')).toHaveCount(1);
+    await expect(chart).toHaveAttribute('data-series', '3');
     for (const replica of REPLICAS) {
-      const series = chart.locator(`[data-series="${replica}"]`);
-      await expect(series.locator('polyline')).toHaveAttribute(
-        'data-points',
-        '20'
-      );
-      await expect(series.locator('circle')).toHaveCount(20);
+      // The legend's row of the replica: its points, and its latest loss with the cursor away.
+      const row = chart.locator(`.u-legend [data-series="${replica}"]`);
+      await expect(row).toHaveAttribute('data-points', '20');
+      await expect(row.locator('.u-value')).toHaveText(/^\d+(\.\d+)?$/);
     }
-    await byTestId(view, 'distrun-viewer-metric').selectOption('accuracy');
-    await expect(chart.locator('[data-series="worker-0"] circle')).toHaveCount(
-      20
+    // Dragging across the plot zooms in on x; a double-click zooms out again.
+    const over = chart.locator('.u-over');
+    const box = (await over.boundingBox())!;
+    const fullMax = Number(await chart.getAttribute('data-x-max'));
+    await page.mouse.move(box.x + box.width * 0.2, box.y + box.height / 2);
+    await page.mouse.down();
+    await page.mouse.move(box.x + box.width * 0.5, box.y + box.height / 2, {
+      steps: 5
+    });
+    await page.mouse.up();
+    await expect(chart).toHaveAttribute('data-zoomed', 'true');
+    expect(Number(await chart.getAttribute('data-x-max'))).toBeLessThan(
+      fullMax
     );
+    await over.dblclick();
+    await expect(chart).toHaveAttribute('data-zoomed', 'false');
+    await expect(chart).toHaveAttribute('data-x-max', String(fullMax));
+    await byTestId(view, 'distrun-viewer-metric').selectOption('accuracy');
+    await expect(
+      chart.locator('.u-legend [data-series="worker-0"]')
+    ).toHaveAttribute('data-points', '20');
     await byTestId(view, 'distrun-viewer-metric').selectOption('loss');
     await page.screenshot({
       path: path.join(SCREENSHOTS, 'log-viewer-metrics.png')
@@ -363,7 +380,7 @@ test.describe('Log viewer with a million lines', () => {
     await byTestId(view, 'distrun-viewer-tab-metrics').click();
     const points = Number(
       await byTestId(view, 'distrun-viewer-chart')
-        .locator('[data-series="worker-0"] polyline')
+        .locator('.u-legend [data-series="worker-0"]')
         .getAttribute('data-points')
     );
     expect(points).toBeGreaterThan(1000);

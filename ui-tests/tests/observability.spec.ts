@@ -136,17 +136,18 @@ test.describe('Seeing what replicas do', () => {
     await viewer
       .locator('[data-test-id="distrun-viewer-usage-measure"]')
       .selectOption('memory (MiB, resident)');
-    const points = viewer.locator(
-      '[data-test-id="distrun-viewer-usage-chart"] [data-series="worker-0"] circle'
+    const usageChart = viewer.locator(
+      '[data-test-id="distrun-viewer-usage-chart"]'
     );
+    const row = usageChart.locator('.u-legend [data-series="worker-0"]');
     await expect
-      .poll(() => points.count(), { timeout: 30_000 })
+      .poll(async () => Number(await row.getAttribute('data-points')), {
+        timeout: 30_000
+      })
       .toBeGreaterThanOrEqual(3);
-    await expect(
-      viewer.locator(
-        '[data-test-id="distrun-viewer-usage-chart"] .jp-distrun-Chart-limit'
-      )
-    ).toHaveAttribute('data-limit', 'worker limit');
+    // Its latest resident memory in MiB, and the role's limit drawn across the chart.
+    await expect(row.locator('.u-value')).toHaveText(/^\d+(\.\d+)?$/);
+    await expect(usageChart).toHaveAttribute('data-limits', 'worker limit');
     await expect(
       job.locator('[data-test-id="distrun-job-status"]')
     ).toHaveAttribute('data-state', 'succeeded', { timeout: 60_000 });
@@ -178,8 +179,8 @@ test.describe('Seeing what replicas do', () => {
     const chart = viewer.locator('[data-test-id="distrun-viewer-chart"]');
     for (const replica of ['master-0', 'worker-0']) {
       await expect(
-        chart.locator(`[data-series="${replica}"] circle`)
-      ).toHaveCount(6);
+        chart.locator(`.u-legend [data-series="${replica}"]`)
+      ).toHaveAttribute('data-points', '6');
     }
 
     // TensorBoard itself on the same scalars, through the server's proxy, in a new tab.

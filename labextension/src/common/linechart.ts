@@ -38,7 +38,8 @@ export interface ISize {
 
 export class LineChart {
   /**
-   * @param node where the chart goes (it gets `data-series`, `data-x-min`, `data-x-max`).
+   * @param node where the chart goes (it gets `data-series`, `data-limits`, `data-x-min`,
+   *   `data-x-max` and `data-zoomed`).
    * @param _size the chart's size, legend included, read when `_fitTo` resizes.
    */
   constructor(
@@ -59,6 +60,8 @@ export class LineChart {
   update(series: readonly IChartSeries[], spec: IChartSpec): void {
     this._limits = spec.limits ?? [];
     this.node.dataset.series = String(series.length);
+    // The limits are drawn on the canvas: their labels here say which (tests read them).
+    this.node.dataset.limits = this._limits.map(limit => limit.label).join('|');
     const shape = JSON.stringify([
       spec.xLabel,
       spec.yLabel,
@@ -102,10 +105,12 @@ export class LineChart {
     series: readonly IChartSeries[],
     spec: IChartSpec
   ): uPlot.Options {
-    const css = getComputedStyle(this.node);
-    const font = `${css.getPropertyValue('--jp-ui-font-size0').trim() || '11px'} ${
-      css.getPropertyValue('--jp-ui-font-family').trim() || 'sans-serif'
-    }`;
+    // uPlot scales a font's px size to the canvas' resolution: it must be in px.
+    const family =
+      getComputedStyle(this.node)
+        .getPropertyValue('--jp-ui-font-family')
+        .trim() || 'sans-serif';
+    const font = `11px ${family}`;
     const color = (name: string) => () => this._cssVar(name);
     const axis = (label: string): uPlot.Axis => ({
       label,
@@ -145,7 +150,7 @@ export class LineChart {
           u =>
             drawLimits(u, this._limits, {
               color: this._cssVar('--jp-error-color1'),
-              font: `${Math.round(11 * uPlot.pxRatio)}px ${css.getPropertyValue('--jp-ui-font-family').trim() || 'sans-serif'}`,
+              font: `${Math.round(11 * uPlot.pxRatio)}px ${family}`,
               pixelRatio: uPlot.pxRatio
             })
         ],

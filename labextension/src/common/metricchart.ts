@@ -19,10 +19,10 @@ export class MetricChart {
     chartTestId: string;
     /** Called when the person chooses another metric. */
     onChoose: () => void;
-    /** The element whose resizing resizes the chart. */
-    fitTo: HTMLElement;
-    /** The chart's size (legend included) for the element's size. */
-    size: () => ISize;
+    /** The element whose resizing resizes the chart (by default the chart's own box). */
+    fitTo?: HTMLElement;
+    /** The chart's size, legend included (by default its own box's, sized by CSS). */
+    size?: () => ISize;
   }) {
     const bar = document.createElement('div');
     bar.className = 'jp-distrun-MetricsPanel-bar';
@@ -42,7 +42,12 @@ export class MetricChart {
     host.className = 'jp-distrun-Chart';
     host.dataset.testId = options.chartTestId;
     host.setAttribute('role', 'img');
-    this._chart = new LineChart(host, options.fitTo, options.size);
+    this._chart = new LineChart(
+      host,
+      options.fitTo ?? host,
+      options.size ??
+        (() => ({ width: host.clientWidth, height: host.clientHeight }))
+    );
     this.nodes = [bar, this._empty, host];
   }
 

@@ -66,12 +66,7 @@ export class MetricsPanel extends Widget {
       empty: _options.empty,
       selectTestId: _options.selectTestId,
       chartTestId: _options.chartTestId,
-      onChoose: () => this._draw(),
-      fitTo: this.node,
-      size: () => ({
-        width: this.node.clientWidth - 16,
-        height: this.node.clientHeight - this._chartTop()
-      })
+      onChoose: () => this._draw()
     });
     this._notes.className = 'jp-distrun-MetricsPanel-notes';
     this._notes.dataset.testId = `${_options.testId}-notes`;
@@ -117,12 +112,6 @@ export class MetricsPanel extends Widget {
 
   protected onAfterShow(): void {
     this._draw();
-  }
-
-  /** How far down the panel the chart starts (under the notes and the select), in pixels. */
-  private _chartTop(): number {
-    const chart = this._chart.nodes[2].getBoundingClientRect();
-    return chart.top - this.node.getBoundingClientRect().top + 8;
   }
 
   private _draw(): void {
