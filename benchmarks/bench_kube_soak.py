@@ -257,6 +257,12 @@ class PhaseResult:
     warm_up: tuple[float, int, int] = (0.0, 0, 0)  # seconds, requests less quiet's, caught up
     warm_busiest: list[tuple[str, int]] = field(default_factory=list)  # served most meanwhile
     lag: tuple[float, float] | None = None  # p99, max
+    # Of the probes that woke 50 ms late or more: the loop thread's CPU over their wall time
+    # (the rest is the OS not running the server), and their count.
+    stall_cpu: tuple[float, int] | None = None
+    slow_warm_up: list[tuple[float, str]] = field(default_factory=list)  # callbacks >= 50 ms
+    slow_phase: list[tuple[float, str]] = field(default_factory=list)
+    gc_pauses: list[tuple[int, float, int | None]] = field(default_factory=list)  # in the phase
     rss_mib: list[float] = field(default_factory=list)  # at the start, middle and end
     pods: int = 0
 
@@ -284,7 +290,7 @@ async def phase(
 
     stop = asyncio.Event()
     before = await apiserver_load(admin)
-    warm_began = time.monotonic()
+    warm_began, warm_since = time.monotonic(), time.time()
     tasks = [asyncio.create_task(start(viewer, stop)) for viewer, start in viewers]
     try:
         caught_up = await warm_up([viewer for viewer, _ in viewers], jobs)
@@ -320,6 +326,10 @@ async def phase(
         warm_up=(warm_seconds, round(warm_requests), caught_up),
         warm_busiest=start.busiest_since(before, 6),
         lag=None if lag_file is None else lag_figures(lag_file, since),
+        stall_cpu=None if lag_file is None else stall_cpu(lag_probes(lag_file, since)),
+        slow_warm_up=[] if lag_file is None else slow_callbacks(lag_file, warm_since, since),
+        slow_phase=[] if lag_file is None else slow_callbacks(lag_file, since, time.time()),
+        gc_pauses=[] if lag_file is None else gc_pauses(lag_file, since),
         rss_mib=rss,
     )
 
@@ -347,15 +357,52 @@ def on_server(server: DistrunServer) -> Starter:
 
 
 def lag_figures(lag_file: Path, since: float) -> tuple[float, float] | None:
+    probes = lag_probes(lag_file, since)
+    lags = [lag for lag, _cpu in probes]
+    return (percentile(lags, 0.99), max(lags)) if lags else None
+
+
+def lag_probes(lag_file: Path, since: float) -> list[tuple[float, float]]:
+    """The probe's (lag, CPU seconds of the loop's thread meanwhile) after `since`."""
     if not lag_file.exists():
-        return None
-    lags = [
-        lag
+        return []
+    return [
+        (lag, cpu)
         for window in map(json.loads, lag_file.read_text().splitlines())
         if window["time"] >= since
-        for lag, _cpu in window["lags"]
+        for lag, cpu in window["lags"]
     ]
-    return (percentile(lags, 0.99), max(lags)) if lags else None
+
+
+def stall_cpu(probes: list[tuple[float, float]]) -> tuple[float, int] | None:
+    stalls = [(lag, cpu) for lag, cpu in probes if lag >= 0.05]
+    if not stalls:
+        return None
+    return sum(cpu for _, cpu in stalls) / sum(lag + 0.01 for lag, _ in stalls), len(stalls)
+
+
+def gc_pauses(lag_file: Path, since: float) -> list[tuple[int, float, int | None]]:
+    """Each garbage collection after `since`: (generation, seconds, objects left to scan)."""
+    if not lag_file.exists():
+        return []
+    return [
+        (generation, seconds, heap)
+        for window in map(json.loads, lag_file.read_text().splitlines())
+        if window["time"] >= since
+        for generation, seconds, heap in window["gc"]
+    ]
+
+
+def slow_callbacks(lag_file: Path, since: float, until: float) -> list[tuple[float, str]]:
+    """The callbacks that held the server's loop 50 ms or more between `since` and `until`."""
+    if not lag_file.exists():
+        return []
+    return [
+        (seconds, what)
+        for window in map(json.loads, lag_file.read_text().splitlines())
+        if since <= window["time"] < until
+        for seconds, what in window.get("slow", [])
+    ]
 
 
 def server_with_probe(kubeconfig: Path, work: Path, viewers: int) -> tuple[DistrunServer, Path]:
@@ -509,6 +556,31 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
                 + ", ".join(f"{kind} {count}" for kind, count in result.warm_busiest)
             )
     print("  lag: the shared server's event loop (a 10 ms sleep's overshoot; bound 100 ms)")
+    for result in results:
+        if result.stall_cpu is not None:
+            share, count = result.stall_cpu
+            print(
+                f"  {result.name} at {result.pods} pods: {count} probes 50 ms late or more, "
+                f"the loop's thread on CPU {share:.0%} of their time (the rest: not scheduled)"
+            )
+        if result.gc_pauses:
+            longest = max(result.gc_pauses, key=lambda pause: pause[1])
+            full = [pause for pause in result.gc_pauses if pause[0] == 2]
+            heaps = [heap for _, _, heap in full if heap is not None]
+            print(
+                f"  {result.name} at {result.pods} pods: {len(result.gc_pauses)} collections, "
+                f"the longest {longest[1] * 1000:.0f} ms (generation {longest[0]}); "
+                f"{len(full)} full, {max(heaps, default=0):,} objects after them at most"
+            )
+        for when, slow in (("warm-up", result.slow_warm_up), ("phase", result.slow_phase)):
+            if slow:
+                total = sum(seconds for seconds, _ in slow)
+                print(
+                    f"  {result.name} at {result.pods} pods, {when}: {len(slow)} callbacks held "
+                    f"the loop 50 ms or more ({total:.1f} s in all); the longest:"
+                )
+                for seconds, what in sorted(slow, reverse=True)[:5]:
+                    print(f"    {seconds * 1000:6.0f} ms  {what[:200]}")
     for result in results:
         served = ", ".join(f"{kind} {count}" for kind, count in result.busiest)
         print(f"  served most in {result.name} at {result.pods} pods: {served}")

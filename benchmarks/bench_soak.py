@@ -75,7 +75,7 @@ print("done", i, flush=True)
 # how much CPU the loop's thread used meanwhile (lag with little CPU is the machine's load
 # delaying the whole process, not code blocking the loop).
 LAG_PROBE = """\
-import asyncio, gc, json, os, time
+import asyncio, collections, gc, json, os, time
 
 def _jupyter_server_extension_points():
     return [{"module": "soak_lag_probe"}]
@@ -92,6 +92,25 @@ def _on_gc(phase, info):
     # Counting takes ~1 ms, once or twice a run.
     heap = len(gc.get_objects(2)) if info["generation"] == 2 else None
     _gc_pauses.append((info["generation"], seconds, heap))
+    census = os.environ.get("SOAK_HEAP_CENSUS")  # a file: what the heap holds, once
+    if heap and census and heap > 200_000 and not os.path.exists(census):
+        types = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+        with open(census, "w") as out:
+            json.dump(types.most_common(40), out)
+
+_slow = []  # (seconds, what) of each callback that held the loop 50 ms or more
+_handle_run = asyncio.events.Handle._run
+
+def _timed_run(handle):
+    # asyncio's own slow-callback warning needs debug mode, which records a stack for every
+    # callback scheduled: too costly to measure with.
+    began = time.perf_counter()
+    _handle_run(handle)
+    seconds = time.perf_counter() - began
+    if seconds >= 0.05:
+        owner = getattr(handle._callback, "__self__", None)
+        what = repr(owner) if isinstance(owner, asyncio.Task) else repr(handle)
+        _slow.append((round(seconds, 4), what[:300]))
 
 async def _probe(path):
     loop = asyncio.get_running_loop()
@@ -102,13 +121,17 @@ async def _probe(path):
         window.append((round(loop.time() - start - 0.01, 5), round(time.thread_time() - cpu, 5)))
         if time.monotonic() - flushed >= 1.0:
             with open(path, "a") as out:
-                out.write(json.dumps({"time": time.time(), "lags": window, "gc": _gc_pauses}))
+                out.write(json.dumps(
+                    {"time": time.time(), "lags": window, "gc": _gc_pauses, "slow": _slow}
+                ))
                 out.write("\\n")
             window, flushed = [], time.monotonic()
             _gc_pauses.clear()
+            _slow.clear()
 
 def _load_jupyter_server_extension(serverapp):
     gc.callbacks.append(_on_gc)
+    asyncio.events.Handle._run = _timed_run
     serverapp.io_loop.add_callback(
         lambda: asyncio.ensure_future(_probe(os.environ["SOAK_LAG_FILE"]))
     )
