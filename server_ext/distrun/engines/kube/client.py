@@ -9,10 +9,13 @@ import asyncio
 import asyncio.selector_events
 import contextlib
 import copy
+import ctypes
+import functools
 import hashlib
 import json
 import os
 import re
+import sys
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -315,6 +318,7 @@ class KubeApi:
         if self._streaming is None:
             configuration = copy.copy(self.api_client.configuration)
             configuration.connection_pool_maxsize = 0  # aiohttp: no limit
+            return_large_blocks()
             streaming_client = client.ApiClient(configuration)
             streaming_client.default_headers.update(self.api_client.default_headers)
             self._streaming = (
@@ -423,6 +427,29 @@ def share_tls_buffer(response: Any) -> None:
     shared = _loop_tls_buffer(protocol.max_size)
     if protocol._ssl_buffer is not shared.obj:
         protocol._ssl_buffer, protocol._ssl_buffer_view = shared.obj, shared
+
+
+# glibc's mallopt parameter for the size from which a block is mapped on its own (M_MMAP_THRESHOLD)
+_M_MMAP_THRESHOLD = -3
+LARGE_BLOCK = 128 * 1024  # glibc's default threshold, kept from moving up
+
+
+@functools.cache
+def return_large_blocks() -> None:
+    """Make this process's C allocator give every block of LARGE_BLOCK bytes or more back to
+    the system when it is freed.
+
+    Each TLS connection asyncio opens allocates its own 256 KiB buffer (share_tls_buffer lets
+    it go once the response arrives). glibc maps blocks that large on their own at first, but
+    once one is freed it raises that threshold to the freed size (the "dynamic mmap
+    threshold"), so the later ones come from the heap: a server opening 1,200 log streams at
+    once leaves some 300 MiB of freed buffers in its heap, resident and seldom reusable
+    (docs/performance.md). Setting the threshold, to glibc's own default, stops it moving;
+    elsewhere (no mallopt) nothing changes."""
+    if sys.platform != "linux":
+        return
+    with contextlib.suppress(OSError, AttributeError):  # a C library without mallopt
+        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, LARGE_BLOCK)
 
 
 _TLS_BUFFERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, memoryview]" = (
