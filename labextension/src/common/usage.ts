@@ -150,6 +150,11 @@ export class UsageGauges {
     );
   }
 
+  /**
+   * One replica's gauge: a CSS bar (a span's width) and a line of text, not a chart: a few
+   * elements per replica per sample, with no axes or history to draw, so it stays plain DOM
+   * rather than a uPlot each (the charts with history are the log viewer's, linechart.ts).
+   */
   private _gauge(gauge: IGauge): HTMLElement {
     const item = document.createElement('span');
     item.className = 'jp-distrun-usage-gauge';
