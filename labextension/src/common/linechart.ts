@@ -139,6 +139,8 @@ export class LineChart {
           label: one.label,
           stroke: () => this._classColor(one.colorClass),
           width: one.highlight ? 3 : 1.5,
+          // uPlot fills its points white: the page's background instead (dark themes).
+          points: { fill: color('--jp-layout-color1') },
           spanGaps: true,
           value
         }))
