@@ -92,8 +92,11 @@ def _on_gc(phase, info):
     # Counting takes ~1 ms, once or twice a run.
     heap = len(gc.get_objects(2)) if info["generation"] == 2 else None
     _gc_pauses.append((info["generation"], seconds, heap))
-    census = os.environ.get("SOAK_HEAP_CENSUS")  # a file: what the heap holds, once
-    if heap and census and heap > 200_000 and not os.path.exists(census):
+    # A file: what the heap holds, once, at the first full collection that leaves more than
+    # SOAK_HEAP_CENSUS_OVER objects (the start-up heap, before it is frozen, is ~260k).
+    census = os.environ.get("SOAK_HEAP_CENSUS")
+    over = int(os.environ.get("SOAK_HEAP_CENSUS_OVER", "400000"))
+    if heap and census and heap > over and not os.path.exists(census):
         types = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
         with open(census, "w") as out:
             json.dump(types.most_common(40), out)
