@@ -1,7 +1,8 @@
 /**
  * A job's usage samples (the log websocket's version 3) as the Usage tab plots them: one
- * measure each (CPU, resident memory, GPU utilisation where there is one), a series per
- * replica, over the samples' times (Unix seconds: the chart's time axis).
+ * measure each (CPU, resident memory, GPU utilisation and the replica's memory on its GPUs
+ * where it holds one), a series per replica, over the samples' times (Unix seconds: the
+ * chart's time axis).
  */
 
 import { IChartLimit } from '../common/chartdata';
@@ -32,7 +33,8 @@ export class UsageStore implements IMeasureSource {
     this._names = {
       cpu: _trans.__('CPU (%, 100 = one core)'),
       memory: _trans.__('memory (MiB, resident)'),
-      gpu: _trans.__('GPU (%, the busiest it holds)')
+      gpu: _trans.__('GPU (%, the busiest it holds)'),
+      gpuMemory: _trans.__('GPU memory (MiB, its processes’ on its GPUs)')
     };
   }
 
@@ -48,6 +50,13 @@ export class UsageStore implements IMeasureSource {
           .filter((p): p is number => p !== null);
         if (busy.length) {
           this._series(this._names.gpu, replica).add(x, Math.max(...busy));
+        }
+        const held = usage.gpus
+          .map(gpu => gpu.memory_bytes)
+          .filter((bytes): bytes is number => bytes !== null);
+        if (held.length) {
+          const total = held.reduce((sum, bytes) => sum + bytes, 0);
+          this._series(this._names.gpuMemory, replica).add(x, total / MiB);
         }
       }
     }
@@ -107,7 +116,12 @@ export class UsageStore implements IMeasureSource {
     return series;
   }
 
-  private readonly _names: { cpu: string; memory: string; gpu: string };
+  private readonly _names: {
+    cpu: string;
+    memory: string;
+    gpu: string;
+    gpuMemory: string;
+  };
   private readonly _byMeasure = new Map<string, Map<string, MetricSeries>>();
   private _spec: IJobSpec | null = null;
   private _memoryLimits: IChartLimit[] = [];

@@ -12,7 +12,7 @@ function usage(cpu: number, rss: number, gpu: number | null = null) {
     gpus:
       gpu === null
         ? []
-        : [{ index: 0, utilization_percent: gpu, memory_bytes: 0 }]
+        : [{ index: 0, utilization_percent: gpu, memory_bytes: 300 * MiB }]
   };
 }
 
@@ -33,7 +33,8 @@ describe('UsageStore', () => {
     expect(store.metrics()).toEqual([
       'CPU (%, 100 = one core)',
       'memory (MiB, resident)',
-      'GPU (%, the busiest it holds)'
+      'GPU (%, the busiest it holds)',
+      'GPU memory (MiB, its processes’ on its GPUs)'
     ]);
     const memory = store.series('memory (MiB, resident)');
     expect(memory.map(s => [s.replica, s.xs, s.ys])).toEqual([
@@ -43,6 +44,11 @@ describe('UsageStore', () => {
     expect(
       store.series('GPU (%, the busiest it holds)').map(s => s.replica)
     ).toEqual(['worker-1']);
+    expect(
+      store
+        .series('GPU memory (MiB, its processes’ on its GPUs)')
+        .map(s => [s.replica, s.xs, s.ys])
+    ).toEqual([['worker-1', [101.5], [300]]]);
   });
 
   it('changes its version only when samples came', () => {
