@@ -353,8 +353,8 @@ class KubeApi:
         response, unlike a preloaded one, does not raise by itself)."""
         try:
             response = await method(*args, _preload_content=False, **kwargs)
+            share_tls_buffer(response)  # a refusal's connection goes back to the pool too
             if 200 <= response.status < 300:
-                share_tls_buffer(response)
                 return response
             body = await response.read()
             response.release()
