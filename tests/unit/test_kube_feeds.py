@@ -271,3 +271,34 @@ async def test_lines_within_the_wake_interval_wake_the_viewers_at_its_end(
     async with asyncio.timeout(10):
         await second.wait()
     assert not changed.next().is_set()
+
+
+async def test_a_running_jobs_feed_does_not_ask_why_it_waits() -> None:
+    """The pending job's reason is polled every few seconds; a running job's feed skips the
+    poll's whole work (describing the job again: 3 % of a server following 150 jobs)."""
+    from distrun.core.job import JobState
+
+    asked: list[str] = []
+
+    class Source:
+        def describe_job(self, *args: Any) -> Any:
+            asked.append("describe")
+            return type("Job", (), {"state": JobState.PENDING})()
+
+        async def waiting_reason(self, *args: Any) -> str | None:
+            asked.append("reason")
+            return "waiting for a node"
+
+    feed: Any = type("Feed", (), {})()
+    feed.source, feed.api, feed.obj, feed.spec, feed.pods, feed.restarts = (
+        Source(), None, {}, None, {}, {},
+    )  # fmt: skip
+    feed.waiting, feed.updates = None, 0
+    feed._update = lambda: setattr(feed, "updates", feed.updates + 1)
+    feed.job = type("Job", (), {"state": JobState.RUNNING})()
+    await feeds.JobFeed._refresh_waiting(feed)
+    assert asked == [], "running, nothing said before: nothing to do"
+    feed.job = type("Job", (), {"state": JobState.PENDING})()
+    await feeds.JobFeed._refresh_waiting(feed)
+    assert asked == ["describe", "reason"] and feed.waiting == "waiting for a node"
+    assert feed.updates == 1

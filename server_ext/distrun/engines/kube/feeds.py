@@ -286,6 +286,8 @@ class JobFeed:
         return shared + [catch_up.follower for catch_up in self.catching_up]
 
     async def _refresh_waiting(self) -> None:
+        if self.job.state != JobState.PENDING and self.waiting is None:
+            return  # a running job's feed has nothing to say here, and nothing to take back
         job = self.source.describe_job(self.obj, self.spec, self.pods, self.restarts)
         waiting = None
         if job.state == JobState.PENDING:
