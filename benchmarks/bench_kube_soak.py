@@ -308,6 +308,7 @@ async def phase(
         end = await apiserver_load(admin)
         sample()
         elapsed = time.monotonic() - began
+        until = time.time()  # the viewers' leaving is not the phase's
     finally:
         stop.set()
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
@@ -325,11 +326,11 @@ async def phase(
         busiest=end.busiest_since(start),
         warm_up=(warm_seconds, round(warm_requests), caught_up),
         warm_busiest=start.busiest_since(before, 6),
-        lag=None if lag_file is None else lag_figures(lag_file, since),
-        stall_cpu=None if lag_file is None else stall_cpu(lag_probes(lag_file, since)),
+        lag=None if lag_file is None else lag_figures(lag_file, since, until),
+        stall_cpu=None if lag_file is None else stall_cpu(lag_probes(lag_file, since, until)),
         slow_warm_up=[] if lag_file is None else slow_callbacks(lag_file, warm_since, since),
-        slow_phase=[] if lag_file is None else slow_callbacks(lag_file, since, time.time()),
-        gc_pauses=[] if lag_file is None else gc_pauses(lag_file, since),
+        slow_phase=[] if lag_file is None else slow_callbacks(lag_file, since, until),
+        gc_pauses=[] if lag_file is None else gc_pauses(lag_file, since, until),
         rss_mib=rss,
     )
 
@@ -356,20 +357,21 @@ def on_server(server: DistrunServer) -> Starter:
     return lambda viewer, stop: websocket_viewer(server, viewer, stop)
 
 
-def lag_figures(lag_file: Path, since: float) -> tuple[float, float] | None:
-    probes = lag_probes(lag_file, since)
+def lag_figures(lag_file: Path, since: float, until: float) -> tuple[float, float] | None:
+    probes = lag_probes(lag_file, since, until)
     lags = [lag for lag, _cpu in probes]
     return (percentile(lags, 0.99), max(lags)) if lags else None
 
 
-def lag_probes(lag_file: Path, since: float) -> list[tuple[float, float]]:
-    """The probe's (lag, CPU seconds of the loop's thread meanwhile) after `since`."""
+def lag_probes(lag_file: Path, since: float, until: float) -> list[tuple[float, float]]:
+    """The probe's (lag, CPU seconds of the loop's thread meanwhile) between `since` and
+    `until` (by the end of the probe's one-second window)."""
     if not lag_file.exists():
         return []
     return [
         (lag, cpu)
         for window in map(json.loads, lag_file.read_text().splitlines())
-        if window["time"] >= since
+        if since <= window["time"] <= until
         for lag, cpu in window["lags"]
     ]
 
@@ -381,14 +383,15 @@ def stall_cpu(probes: list[tuple[float, float]]) -> tuple[float, int] | None:
     return sum(cpu for _, cpu in stalls) / sum(lag + 0.01 for lag, _ in stalls), len(stalls)
 
 
-def gc_pauses(lag_file: Path, since: float) -> list[tuple[int, float, int | None]]:
-    """Each garbage collection after `since`: (generation, seconds, objects left to scan)."""
+def gc_pauses(lag_file: Path, since: float, until: float) -> list[tuple[int, float, int | None]]:
+    """Each garbage collection between `since` and `until`: (generation, seconds, objects
+    left to scan)."""
     if not lag_file.exists():
         return []
     return [
         (generation, seconds, heap)
         for window in map(json.loads, lag_file.read_text().splitlines())
-        if window["time"] >= since
+        if since <= window["time"] <= until
         for generation, seconds, heap in window["gc"]
     ]
 
