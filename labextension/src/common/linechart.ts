@@ -194,7 +194,8 @@ export class LineChart {
   }
 
   private _fit(): void {
-    if (this._plot && this._fitTo.isConnected) {
+    // A hidden tab's box is 0 wide: keep the size until it is shown again.
+    if (this._plot && this._fitTo.isConnected && this._fitTo.clientWidth > 0) {
       const size = this._plotSize();
       if (
         size.width !== this._plot.width ||
