@@ -133,11 +133,20 @@ test.describe('Seeing what replicas do', () => {
     const jobId = await job.getAttribute('data-job-id');
     const viewer = await openViewer(page, jobId!);
     await viewer.locator('[data-test-id="distrun-viewer-tab-usage"]').click();
-    await viewer
-      .locator('[data-test-id="distrun-viewer-usage-measure"]')
-      .selectOption('memory (MiB, resident)');
-    const usageChart = viewer.locator(
+    // One chart per measure, one above the other: CPU and memory at least (GPU where NVML is).
+    const charts = viewer.locator(
       '[data-test-id="distrun-viewer-usage-chart"]'
+    );
+    await expect
+      .poll(() => charts.count(), { timeout: 30_000 })
+      .toBeGreaterThanOrEqual(2);
+    await expect(
+      viewer.locator(
+        '[data-test-id="distrun-viewer-usage-chart"][data-measure="CPU (%, 100 = one core)"] .uplot canvas'
+      )
+    ).toHaveCount(1);
+    const usageChart = viewer.locator(
+      '[data-test-id="distrun-viewer-usage-chart"][data-measure="memory (MiB, resident)"]'
     );
     const row = usageChart.locator('.u-legend [data-series="worker-0"]');
     await expect

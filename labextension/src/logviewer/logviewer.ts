@@ -111,7 +111,8 @@ export class LogViewer extends Panel {
         chartTestId: 'distrun-viewer-usage-chart',
         preferred: this._usageStore.preferred,
         xLabel: this._trans.__('time'),
-        xTime: true
+        xTime: true,
+        stacked: true
       }
     );
     this._timeline = new TimelinePanel(this._trans);
