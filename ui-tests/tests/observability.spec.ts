@@ -178,6 +178,8 @@ test.describe('Seeing what replicas do', () => {
   test("a real SummaryWriter's scalars are plotted in the Metrics tab", async ({
     page
   }) => {
+    // A job, then TensorBoard's start through the proxy (up to 90 s on a loaded machine).
+    test.setTimeout(180_000);
     const { viewer } = await runAndOpenViewer(page, SUMMARY_WRITER);
     await viewer.locator('[data-test-id="distrun-viewer-tab-metrics"]').click();
     const metric = viewer.locator('[data-test-id="distrun-viewer-metric"]');
