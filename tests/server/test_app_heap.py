@@ -2,7 +2,11 @@
 garbage collections stop scanning it while logs stream."""
 
 import gc
+from pathlib import Path
 
+import pytest
+
+from distrun.engines.local import LocalEngine
 from distrun.server.app import DistrunApp
 
 
@@ -15,3 +19,61 @@ async def test_the_startup_heap_is_frozen_unless_configured_not_to_be() -> None:
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+async def test_a_kubernetes_engine_beside_does_not_keep_the_heap_from_freezing(
+    tmp_path: Path,
+) -> None:
+    # The Kubernetes engines have per-job hooks of their own (prepare_job and the rest): the
+    # start-up once took their `prepare` for the local engine's warm-up, raised on it and
+    # never froze the heap in any deployment with a Kubernetes engine.
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    kwargs = {"kubeconfig": str(kubeconfig), "namespace": "u-{username}"}
+    app = DistrunApp(
+        engines={
+            "kubeflow": {"class": "distrun.engines.kube.kubeflow.KubeflowEngine", "kwargs": kwargs},
+            "trainer": {"class": "distrun.engines.kube.trainer.TrainerEngine", "kwargs": kwargs},
+        },
+        default_engine="kubeflow",
+        state_dir=str(tmp_path / "state"),
+    )
+    app.initialize_settings()
+    gc.unfreeze()
+    try:
+        await app._start_jupyter_server_extension(None)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        await app.stop_extension()
+
+
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:9", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: not-a-secret}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+
+async def test_a_failed_warm_up_is_logged_and_the_heap_still_freezes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(self: LocalEngine) -> None:
+        raise OSError("no room for a supervisor")
+
+    monkeypatch.setattr(LocalEngine, "prepare", broken)
+    app = DistrunApp(state_dir=str(tmp_path / "state"))
+    app.initialize_settings()
+    app.log.addHandler(caplog.handler)  # the app's logger does not reach the root's
+    gc.unfreeze()
+    try:
+        await app._start_jupyter_server_extension(None)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        await app.stop_extension()
+    assert "could not start the local engine's next supervisor" in caplog.text
+    assert "no room for a supervisor" in caplog.text

@@ -400,7 +400,7 @@ def plural_and_name(api: FakeRuntimeApi) -> list[tuple[str, ...]]:
 
 async def test_a_trainer_restart_runtime_is_made_before_its_trainjob_and_handed_to_it() -> None:
     engine, s, api = TrainerEngine(), spec(restart="job"), FakeRuntimeApi()
-    prepared = await engine.prepare(api, s, TARGET)  # type: ignore[arg-type]
+    prepared = await engine.prepare_job(api, s, TARGET)  # type: ignore[arg-type]
     job = await engine._create_job(api, s, TARGET, {"metadata": {"name": TARGET.job_id}}, prepared)  # type: ignore[arg-type]
     await engine._adopt(api, {**job, "apiVersion": "v", "kind": "TrainJob"}, prepared)  # type: ignore[arg-type]
     assert plural_and_name(api) == [
@@ -419,7 +419,7 @@ async def test_a_trainer_restart_runtime_never_outlives_a_trainjob_that_failed(
     """The TrainJob cannot be made, or cannot be given its runtime: nothing is left behind."""
     engine, s = TrainerEngine(), spec(restart="job")
     api = FakeRuntimeApi()
-    prepared = await engine.prepare(api, s, TARGET)  # type: ignore[arg-type]
+    prepared = await engine.prepare_job(api, s, TARGET)  # type: ignore[arg-type]
     api.refuse = refused
     with pytest.raises(Forbidden):
         job = await engine._create_job(
@@ -434,5 +434,5 @@ async def test_a_trainer_restart_runtime_never_outlives_a_trainjob_that_failed(
 async def test_a_trainer_restart_says_what_to_grant_when_the_runtime_cannot_be_read() -> None:
     api = FakeRuntimeApi(refuse="get_cluster")
     with pytest.raises(Forbidden, match=r"trainer\.readClusterRuntimes"):
-        await TrainerEngine().prepare(api, spec(restart="job"), TARGET)  # type: ignore[arg-type]
+        await TrainerEngine().prepare_job(api, spec(restart="job"), TARGET)  # type: ignore[arg-type]
     assert [call[0] for call in api.calls] == ["get_cluster"]  # nothing made

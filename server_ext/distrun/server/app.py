@@ -24,6 +24,7 @@ from tornado.websocket import WebSocketHandler
 from traitlets import Bool, CaselessStrEnum, Dict, Int, Unicode, default
 
 from distrun.core.spec import Limits
+from distrun.engines.local import LocalEngine
 from distrun.engines.protocol import Engine
 from distrun.engines.registry import EngineRegistry, build_engine
 from distrun.server.metric_reads import MetricReads
@@ -169,12 +170,22 @@ class DistrunApp(ExtensionApp):
         """Runs once the server's event loop does, after every extension has loaded."""
         self._token_file = point_kernels_here(serverapp, os.environ)
         for engine in self._registry.all() if self._registry is not None else []:
-            prepare = getattr(engine, "prepare", None)  # the local engine's next supervisor
-            if prepare is not None:
-                await prepare()
+            await self._warm_up(engine)
         if self.freeze_startup_heap:
             gc.collect()  # start-up's garbage goes now, not into the permanent generation
             gc.freeze()
+
+    async def _warm_up(self, engine: Any) -> None:
+        """The local engine's next supervisor, started before the first job asks for it. Only
+        an optimisation: a failure is logged, and the start-up (the heap's freeze) goes on."""
+        if not isinstance(engine, LocalEngine):
+            return
+        try:
+            await engine.prepare()
+        except Exception:
+            self.log.exception(
+                "distrun: could not start the %s engine's next supervisor", engine.name
+            )
 
     async def stop_extension(self) -> None:
         if self._token_file is not None:

@@ -355,7 +355,7 @@ class KubeEngine:
             target = Target(jobids.new_job_id(spec.name), namespace, owner)
             manifest, code = self.build(spec, target)
             try:
-                prepared = await self.prepare(api, spec, target)
+                prepared = await self.prepare_job(api, spec, target)
                 created = await self._create_job(api, spec, target, manifest, prepared)
                 break
             except DistrunError as error:
@@ -367,16 +367,16 @@ class KubeEngine:
         await self._create_configmap(api, created, code)
         return describe(self.name, created, spec, {}, self.phase(created))
 
-    async def prepare(self, api: KubeApi, spec: JobSpec, target: Target) -> list[str]:
+    async def prepare_job(self, api: KubeApi, spec: JobSpec, target: Target) -> list[str]:
         """Makes what the job needs before it is created (Trainer: a whole-job restart's
-        runtime) and names it; `adopt` hands it to the job, `unprepare` removes it."""
+        runtime) and names it; `adopt_prepared` hands it to the job, `remove_prepared` removes it."""
         return []
 
-    async def adopt(self, api: KubeApi, job: Obj, prepared: list[str]) -> None:
-        """Makes the job the owner of what `prepare` made, so it goes with the job."""
+    async def adopt_prepared(self, api: KubeApi, job: Obj, prepared: list[str]) -> None:
+        """Makes the job the owner of what `prepare_job` made, so it goes with the job."""
 
-    async def unprepare(self, api: KubeApi, namespace: str, prepared: list[str]) -> None:
-        """Removes what `prepare` made (the job could not be made, or not given it)."""
+    async def remove_prepared(self, api: KubeApi, namespace: str, prepared: list[str]) -> None:
+        """Removes what `prepare_job` made (the job could not be made, or not given it)."""
 
     async def _create_job(
         self, api: KubeApi, spec: JobSpec, target: Target, manifest: Obj, prepared: list[str]
@@ -385,16 +385,16 @@ class KubeEngine:
         try:
             return await api.create(resource, target.namespace, manifest, "create the job")
         except DistrunError:
-            await self.unprepare(api, target.namespace, prepared)
+            await self.remove_prepared(api, target.namespace, prepared)
             raise
 
     async def _adopt(self, api: KubeApi, job: Obj, prepared: list[str]) -> None:
-        """`adopt`; what cannot be handed over takes the job with it: nothing is left behind."""
+        """`adopt_prepared`; what cannot be handed over takes the job with it: nothing is left behind."""
         meta = job["metadata"]
         try:
-            await self.adopt(api, job, prepared)
+            await self.adopt_prepared(api, job, prepared)
         except DistrunError:
-            await self.unprepare(api, meta["namespace"], prepared)
+            await self.remove_prepared(api, meta["namespace"], prepared)
             with contextlib.suppress(DistrunError):
                 await api.delete(
                     self.resource_of(job), meta["namespace"], meta["name"], "remove it"

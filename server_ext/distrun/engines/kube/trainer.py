@@ -130,7 +130,7 @@ class TrainerEngine(KubeEngine):
         )
         return job, bundle
 
-    async def prepare(self, api: KubeApi, spec: JobSpec, target: Target) -> list[str]:
+    async def prepare_job(self, api: KubeApi, spec: JobSpec, target: Target) -> list[str]:
         """A whole-job restart's runtime, copied from the configured one."""
         if not restarts_whole_job(spec):
             return []
@@ -146,7 +146,7 @@ class TrainerEngine(KubeEngine):
         await api.create(RUNTIMES, target.namespace, runtime, "create the job's training runtime")
         return [runtime["metadata"]["name"]]
 
-    async def adopt(self, api: KubeApi, job: Obj, prepared: list[str]) -> None:
+    async def adopt_prepared(self, api: KubeApi, job: Obj, prepared: list[str]) -> None:
         owned = [
             {"op": "add", "path": "/metadata/ownerReferences", "value": [owner_reference(job)]}
         ]
@@ -155,7 +155,7 @@ class TrainerEngine(KubeEngine):
                 RUNTIMES, job["metadata"]["namespace"], name, owned, "hand the runtime to the job"
             )
 
-    async def unprepare(self, api: KubeApi, namespace: str, prepared: list[str]) -> None:
+    async def remove_prepared(self, api: KubeApi, namespace: str, prepared: list[str]) -> None:
         for name in prepared:
             with contextlib.suppress(DistrunError):
                 await api.delete(
