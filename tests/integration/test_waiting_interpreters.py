@@ -283,14 +283,14 @@ def job_status_pid(engine: LocalEngine, job_id: str, replica: str) -> int:
 
 
 # Forks without exec a process that leaves the replica's process group for a session of its own.
+# The child says its pid once it has left the group (the parent saying it raced the setsid).
 ESCAPING = """
     import os, time
-    child = os.fork()
-    if child == 0:
+    if os.fork() == 0:
         os.setsid()
+        print("escaped", os.getpid(), flush=True)
         time.sleep(120)
         os._exit(0)
-    print("escaped", child, flush=True)
     time.sleep(120)
 """
 
