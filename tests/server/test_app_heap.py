@@ -39,13 +39,7 @@ async def test_a_kubernetes_engine_beside_does_not_keep_the_heap_from_freezing(
         state_dir=str(tmp_path / "state"),
     )
     app.initialize_settings()
-    gc.unfreeze()
-    try:
-        await app._start_jupyter_server_extension(None)
-        assert gc.get_freeze_count() > 0
-    finally:
-        gc.unfreeze()
-        await app.stop_extension()
+    await start_and_see_the_heap_frozen(app)
 
 
 KUBECONFIG = """\
@@ -68,6 +62,12 @@ async def test_a_failed_warm_up_is_logged_and_the_heap_still_freezes(
     app = DistrunApp(state_dir=str(tmp_path / "state"))
     app.initialize_settings()
     app.log.addHandler(caplog.handler)  # the app's logger does not reach the root's
+    await start_and_see_the_heap_frozen(app)
+    assert "could not start the local engine's next supervisor" in caplog.text
+    assert "no room for a supervisor" in caplog.text
+
+
+async def start_and_see_the_heap_frozen(app: DistrunApp) -> None:
     gc.unfreeze()
     try:
         await app._start_jupyter_server_extension(None)
@@ -75,5 +75,3 @@ async def test_a_failed_warm_up_is_logged_and_the_heap_still_freezes(
     finally:
         gc.unfreeze()
         await app.stop_extension()
-    assert "could not start the local engine's next supervisor" in caplog.text
-    assert "no room for a supervisor" in caplog.text

@@ -439,8 +439,7 @@ class FeedViewer:
             await woken.wait()  # the feed wakes its viewers every RECHECK_SECONDS too
             return
         own = self._own_wake
-        waits = [woken.wait()] + ([own.wait()] if self._catching_up else [])
-        tasks = [asyncio.ensure_future(wait) for wait in waits]
+        tasks = [asyncio.ensure_future(woken.wait()), asyncio.ensure_future(own.wait())]
         try:
             await asyncio.wait(tasks, timeout=RECHECK_SECONDS, return_when=asyncio.FIRST_COMPLETED)
         finally:
