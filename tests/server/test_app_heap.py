@@ -1,24 +1,49 @@
 """Once the server runs, distrun freezes the heap its start-up made (gc.freeze), so full
 garbage collections stop scanning it while logs stream."""
 
+import asyncio
 import gc
+import time
 from pathlib import Path
 
 import pytest
 
 from distrun.engines.local import LocalEngine
+from distrun.server import heap_trim
 from distrun.server.app import DistrunApp
 
 
 async def test_the_startup_heap_is_frozen_unless_configured_not_to_be() -> None:
     gc.unfreeze()
+    apps = [DistrunApp(freeze_startup_heap=False), DistrunApp()]
     try:
-        await DistrunApp(freeze_startup_heap=False)._start_jupyter_server_extension(None)
+        await apps[0]._start_jupyter_server_extension(None)
         assert gc.get_freeze_count() == 0
-        await DistrunApp()._start_jupyter_server_extension(None)
+        await apps[1]._start_jupyter_server_extension(None)
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+        for app in apps:
+            await app.stop_extension()
+
+
+async def test_the_heap_is_trimmed_every_interval_until_the_extension_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trims: list[float] = []
+    monkeypatch.setattr(heap_trim, "trim_heap", lambda: trims.append(time.monotonic()) or True)
+    off = DistrunApp(trim_heap_interval=0, freeze_startup_heap=False)
+    await off._start_jupyter_server_extension(None)
+    app = DistrunApp(trim_heap_interval=0.02, freeze_startup_heap=False)
+    await app._start_jupyter_server_extension(None)
+    await asyncio.sleep(0.3)
+    await app.stop_extension()
+    await off.stop_extension()
+    count = len(trims)
+    assert count >= 3  # one every 20 ms, and not from the app configured with 0
+    assert count <= 16
+    await asyncio.sleep(0.1)
+    assert len(trims) == count  # stopped with the extension
 
 
 async def test_a_kubernetes_engine_beside_does_not_keep_the_heap_from_freezing(

@@ -3,6 +3,7 @@ client.py's share_tls_buffer), not one of 256 KiB each: over real TLS connection
 read at the same time, every body arrives whole through it."""
 
 import asyncio
+import asyncio.sslproto
 import datetime
 import os
 import ssl
@@ -18,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from distrun.engines.kube.client import share_tls_buffer
+from distrun.engines.kube.client import TLS_SLICE, share_tls_buffer
 
 BODIES = [os.urandom(3 * 1024 * 1024), os.urandom(2 * 1024 * 1024 + 17)]
 
@@ -99,3 +100,32 @@ async def test_tls_connections_read_into_one_buffer_and_every_body_arrives_whole
         received = await asyncio.gather(*(body(response) for response in responses))
         assert all(protocol._ssl_buffer is shared for protocol in protocols)
     assert received == BODIES
+
+
+async def test_a_large_read_reaches_the_tls_object_a_slice_at_a_time(
+    tls_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # OpenSSL's in-memory input keeps the capacity of the largest write it took: handed a
+    # 256 KiB read whole, every connection that once caught up holds 256 KiB+ for its life.
+    whole = asyncio.sslproto.SSLProtocol.buffer_updated
+    reads: list[int] = []
+    written: list[int] = []
+
+    def recorded(protocol: Any, nbytes: int) -> None:
+        written.append(nbytes)
+        whole(protocol, nbytes)
+
+    monkeypatch.setattr(asyncio.sslproto.SSLProtocol, "buffer_updated", recorded)
+    async with aiohttp.ClientSession() as session:
+        response = await session.get(f"{tls_url}?body=0", ssl=False)
+        share_tls_buffer(response)
+        protocol = tls_protocol(response)
+        sliced = protocol.buffer_updated
+        protocol.buffer_updated = lambda nbytes: (reads.append(nbytes), sliced(nbytes))[1]
+        written.clear()  # the response's head, read before it was shared
+        async with response:
+            body = b"".join([chunk async for chunk in response.content.iter_any()])
+    assert body == BODIES[0]
+    assert max(reads) > TLS_SLICE  # the socket is read in large reads still
+    assert max(written) <= TLS_SLICE
+    assert sum(written) == sum(reads)

@@ -409,9 +409,10 @@ def share_tls_buffer(response: Any) -> None:
     object), so one buffer per loop serves every connection; it keeps asyncio's size, since a
     smaller one cuts every read to that size: a follower catching up on a long log then reads
     it several times slower (with 16 KiB it fell behind the pods it followed, so their
-    unfinished lines went unseen: tests/k8s/test_kube_log_fidelity.py). asyncio has no public
-    way to do this: its attributes are set when they are there, on a selector transport only
-    (elsewhere nothing changes)."""
+    unfinished lines went unseen: tests/k8s/test_kube_log_fidelity.py); what it reads reaches
+    the TLS object in slices (_buffer_updated_in_slices). asyncio has no public way to do
+    this: its attributes are set when they are there, on a selector transport only (elsewhere
+    nothing changes)."""
     connection = getattr(response, "connection", None)
     transport = getattr(connection, "transport", None)
     protocol: Any = getattr(transport, "_ssl_protocol", None)
@@ -427,6 +428,29 @@ def share_tls_buffer(response: Any) -> None:
     shared = _loop_tls_buffer(protocol.max_size)
     if protocol._ssl_buffer is not shared.obj:
         protocol._ssl_buffer, protocol._ssl_buffer_view = shared.obj, shared
+        protocol.buffer_updated = functools.partial(_buffer_updated_in_slices, protocol)
+
+
+TLS_SLICE = 16 * 1024  # the TLS object is handed a socket read this much at a time
+
+
+def _buffer_updated_in_slices(protocol: Any, nbytes: int) -> None:
+    """asyncio's SSLProtocol.buffer_updated, handed `nbytes` read off the socket TLS_SLICE at
+    a time, as if they had come in smaller reads.
+
+    It writes what was read into OpenSSL's in-memory input (a memory BIO), then decrypts.
+    That BIO keeps the capacity of the largest write it took for the connection's life: after
+    a follower catches up on a long log in 256 KiB reads, 256-390 KiB a connection stay
+    resident (docs/performance.md). Handed a slice at a time, it holds a slice and at most one
+    unfinished TLS record. The socket is still read 256 KiB at a time."""
+    view = protocol._ssl_buffer_view
+    whole = type(protocol).buffer_updated
+    try:
+        for start in range(0, nbytes, TLS_SLICE):
+            protocol._ssl_buffer_view = view[start:]
+            whole(protocol, min(TLS_SLICE, nbytes - start))
+    finally:
+        protocol._ssl_buffer_view = view
 
 
 # glibc's mallopt parameter for the size from which a block is mapped on its own (M_MMAP_THRESHOLD)
