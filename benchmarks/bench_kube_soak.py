@@ -60,6 +60,7 @@ sys.path.insert(0, str(REPO))
 
 import kubernetes
 import kubernetes_asyncio
+import psutil
 from tests.k8s.apiserver_metrics import apiserver_load
 from tests.k8s.binaries import ensure_all
 from tests.k8s.cluster import FakeNode, KubeCluster, PodLog
@@ -265,6 +266,9 @@ class PhaseResult:
     gc_pauses: list[tuple[int, float, int | None]] = field(default_factory=list)  # in the phase
     rss_mib: list[float] = field(default_factory=list)  # at the start, middle and end
     pods: int = 0
+    # CPU seconds a second over the phase: the server's process, this process (the viewers),
+    # and the whole machine's (of its cores), so a late loop can be told busy from crowded out.
+    cpu: tuple[float, float, float] | None = None
 
 
 Starter = Callable[[Viewer, asyncio.Event], Awaitable[None]]
@@ -300,6 +304,7 @@ async def phase(
         warm_requests = start.requests_since(before) - quiet * warm_seconds / 60
         sample()
         received = sum(viewer.received for viewer, _ in viewers)
+        cpu_before = cpu_seconds(server)
         began = time.monotonic()
         await asyncio.sleep(seconds / 2)
         middle = await apiserver_load(admin)
@@ -308,6 +313,12 @@ async def phase(
         end = await apiserver_load(admin)
         sample()
         elapsed = time.monotonic() - began
+        cpu_after = cpu_seconds(server)
+        cpu = (
+            (cpu_after[0] - cpu_before[0]) / elapsed,
+            (cpu_after[1] - cpu_before[1]) / elapsed,
+            (cpu_after[2] - cpu_before[2]) / elapsed,
+        )
         until = time.time()  # the viewers' leaving is not the phase's
     finally:
         stop.set()
@@ -332,7 +343,20 @@ async def phase(
         slow_phase=[] if lag_file is None else slow_callbacks(lag_file, since, until),
         gc_pauses=[] if lag_file is None else gc_pauses(lag_file, since, until),
         rss_mib=rss,
+        cpu=cpu if server is not None else None,
     )
+
+
+def cpu_seconds(server: DistrunServer | None) -> tuple[float, float, float]:
+    """CPU seconds so far: the server's process, this one, and the machine's (all cores)."""
+    own = psutil.Process().cpu_times()
+    machine = psutil.cpu_times()
+    if server is None or server.process.process is None:
+        theirs = 0.0
+    else:
+        times = psutil.Process(server.process.process.pid).cpu_times()
+        theirs = times.user + times.system
+    return theirs, own.user + own.system, machine.user + machine.system
 
 
 async def warm_up(viewers: list[Viewer], jobs: Jobs | None) -> int:
@@ -560,6 +584,13 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
             )
     print("  lag: the shared server's event loop (a 10 ms sleep's overshoot; bound 100 ms)")
     for result in results:
+        if result.cpu is not None:
+            server, viewers, machine = result.cpu
+            print(
+                f"  {result.name} at {result.pods} pods: CPU a second: the server {server:.2f}, "
+                f"the viewers (this process) {viewers:.2f}, the machine {machine:.2f} of "
+                f"{psutil.cpu_count()}"
+            )
         if result.stall_cpu is not None:
             share, count = result.stall_cpu
             print(
@@ -575,6 +606,14 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
                 f"the longest {longest[1] * 1000:.0f} ms (generation {longest[0]}); "
                 f"{len(full)} full, {max(heaps, default=0):,} objects after them at most"
             )
+            for generation in (0, 1, 2):
+                pauses = sorted(p[1] for p in result.gc_pauses if p[0] == generation)
+                if pauses:
+                    print(
+                        f"    generation {generation}: {len(pauses)}, median "
+                        f"{percentile(pauses, 0.5) * 1000:.1f} ms, max {pauses[-1] * 1000:.0f} ms,"
+                        f" {sum(pauses) * 1000:.0f} ms in all"
+                    )
         for when, slow in (("warm-up", result.slow_warm_up), ("phase", result.slow_phase)):
             if slow:
                 total = sum(seconds for seconds, _ in slow)

@@ -100,3 +100,19 @@ async def start_and_see_the_heap_frozen(app: DistrunApp) -> None:
     finally:
         gc.unfreeze()
         await app.stop_extension()
+
+
+async def test_the_youngest_generation_is_collected_at_the_configured_threshold() -> None:
+    was = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        app = DistrunApp(young_collection_threshold=0, freeze_startup_heap=False)
+        await app._start_jupyter_server_extension(None)
+        await app.stop_extension()
+        assert gc.get_threshold() == (700, 10, 10)
+        app = DistrunApp(young_collection_threshold=20_000, freeze_startup_heap=False)
+        await app._start_jupyter_server_extension(None)
+        await app.stop_extension()
+        assert gc.get_threshold() == (20_000, 10, 10)
+    finally:
+        gc.set_threshold(*was)

@@ -122,6 +122,18 @@ class DistrunApp(ExtensionApp):
         ),
     )
 
+    young_collection_threshold = Int(
+        20_000,
+        config=True,
+        help=(
+            "Collect the garbage collector's youngest generation once this many more objects "
+            "were made than freed (Python's default is 700; 0 keeps the process's setting). "
+            "A server following many replicas makes thousands of short-lived objects a "
+            "second: collected every 700, many are caught alive and promoted, and the "
+            "promoted ones bring full collections of the whole heap that block the event "
+            "loop for hundreds of milliseconds (benchmarks/bench_kube_soak.py)."
+        ),
+    )
     trim_heap_interval = Float(
         30.0,
         config=True,
@@ -188,6 +200,8 @@ class DistrunApp(ExtensionApp):
         if self.freeze_startup_heap:
             gc.collect()  # start-up's garbage goes now, not into the permanent generation
             gc.freeze()
+        if self.young_collection_threshold > 0:
+            gc.set_threshold(self.young_collection_threshold, *gc.get_threshold()[1:])
         if self.trim_heap_interval > 0:
             self._heap_trims = asyncio.create_task(trim_heap_every(self.trim_heap_interval))
 
