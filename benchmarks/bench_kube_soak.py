@@ -10,7 +10,9 @@ the API server, counted by the API server itself, against the naive baseline in 
 The tier's control plane (etcd, kube-apiserver, kwok playing the kubelet on as many fake nodes
 as the pods need) and the real Training Operator v1.9.4 run `--jobs` PyTorchJobs of
 `--replicas` replicas, submitted by alice through distrun's Kubeflow engine; every replica
-"prints" a numbered line `--rate` times a second (written to the log kwok serves). Then, on the
+"prints" a numbered line `--rate` times a second (written to the log kwok serves): a job's
+replicas together, as data-parallel replicas print, and the jobs each at its own moment in the
+second, as jobs started apart do (`--in-step`: all 1,200 lines at once). Then, on the
 same running jobs, one phase after another, each `--phase-seconds` long:
 
   quiet     nobody follows: the cluster's own requests (operator, kwok, scheduler), subtracted
@@ -81,6 +83,7 @@ from distrun.core.spec import JobSpec, Limits
 from distrun.engines.kube.kubeflow import KubeflowEngine
 
 PODS_PER_NODE = 100
+WRITE_SLOTS = 20  # moments in each second at which the jobs write, a share of them each
 WARM_UP = 5.0  # seconds for a phase's viewers to connect and catch up before measuring, at least
 WARM_UP_LIMIT = 180.0  # seconds, at most: measured from then on, caught up or not
 NAMESPACE = user_namespace("alice")
@@ -176,18 +179,21 @@ class Jobs:
     def ids(self) -> list[str]:
         return list(self.logs)
 
-    async def write_on(self, rate: float, stop: asyncio.Event) -> None:
+    async def write_on(self, rate: float, stop: asyncio.Event, in_step: bool) -> None:
         """One more numbered line in every replica's log, `rate` times a second (jobs added
-        meanwhile included, each numbered from its own first line)."""
+        meanwhile included, each numbered from its own first line). A job's replicas write
+        together, as data-parallel replicas do; the jobs, each at its own moment in the second
+        (WRITE_SLOTS of them), as jobs started apart do, unless `in_step`: all at once."""
+        slots = 1 if in_step else WRITE_SLOTS
         start, ticks = time.monotonic(), 0
         while not stop.is_set():
-            for job_id, job_logs in list(self.logs.items()):
+            for job_id, job_logs in list(self.logs.items())[ticks % slots :: slots]:
                 seq = self.written.get(job_id, 0)
                 for replica, log in job_logs.items():
                     log.write(text(replica, seq))
                 self.written[job_id] = seq + 1
             ticks += 1
-            delay = start + ticks / rate - time.monotonic()
+            delay = start + ticks / (rate * slots) - time.monotonic()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), max(delay, 0))
 
@@ -261,6 +267,7 @@ class PhaseResult:
     # Of the probes that woke 50 ms late or more: the loop thread's CPU over their wall time
     # (the rest is the OS not running the server), and their count.
     stall_cpu: tuple[float, int] | None = None
+    worst_probes: list[tuple[float, float]] = field(default_factory=list)  # (lag, CPU), latest
     slow_warm_up: list[tuple[float, str]] = field(default_factory=list)  # callbacks >= 50 ms
     slow_phase: list[tuple[float, str]] = field(default_factory=list)
     gc_pauses: list[tuple[int, float, int | None]] = field(default_factory=list)  # in the phase
@@ -339,6 +346,7 @@ async def phase(
         warm_busiest=start.busiest_since(before, 6),
         lag=None if lag_file is None else lag_figures(lag_file, since, until),
         stall_cpu=None if lag_file is None else stall_cpu(lag_probes(lag_file, since, until)),
+        worst_probes=[] if lag_file is None else sorted(lag_probes(lag_file, since, until))[-3:],
         slow_warm_up=[] if lag_file is None else slow_callbacks(lag_file, warm_since, since),
         slow_phase=[] if lag_file is None else slow_callbacks(lag_file, since, until),
         gc_pauses=[] if lag_file is None else gc_pauses(lag_file, since, until),
@@ -555,7 +563,9 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
         # real node.
         print(f"\nfs.inotify.max_user_instances here: {INOTIFY_INSTANCES.read_text().strip()}")
     print(
-        f"\n{args.replicas} replicas a job, {args.rate} lines/s each, phases of "
+        f"\n{args.replicas} replicas a job, {args.rate} lines/s each "
+        f"({'every job at the same moment' if args.in_step else 'each job at its own moment'}), "
+        f"phases of "
         f"{args.phase_seconds:.0f} s; requests/min less the quiet phase's at the same size:"
     )
     print(
@@ -596,6 +606,13 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
             print(
                 f"  {result.name} at {result.pods} pods: {count} probes 50 ms late or more, "
                 f"the loop's thread on CPU {share:.0%} of their time (the rest: not scheduled)"
+            )
+            print(
+                "    the latest: "
+                + ", ".join(
+                    f"{lag * 1000:.0f} ms (the loop's thread on CPU {cpu * 1000:.0f} ms)"
+                    for lag, cpu in reversed(result.worst_probes)
+                )
             )
         if result.gc_pauses:
             longest = max(result.gc_pauses, key=lambda pause: pause[1])
@@ -641,7 +658,7 @@ async def soak(args: argparse.Namespace) -> int:
         async with cluster.api_client() as admin:
             jobs = Jobs({})
             stop_writing = asyncio.Event()
-            writer = asyncio.create_task(jobs.write_on(args.rate, stop_writing))
+            writer = asyncio.create_task(jobs.write_on(args.rate, stop_writing, args.in_step))
             results: list[PhaseResult] = []
             try:
                 for pods in sizes:
@@ -669,6 +686,12 @@ def main() -> None:
     parser.add_argument("--phase-seconds", type=float, default=60.0)
     parser.add_argument("--rate", type=float, default=2.0, help="lines per second per replica")
     parser.add_argument("--quick", action="store_true", help="10 jobs, 20 s phases")
+    parser.add_argument(
+        "--in-step",
+        action="store_true",
+        help="every job's replicas write at the same moment (the worst case), not each job at "
+        "its own moment in the second",
+    )
     parser.add_argument(
         "--pods",
         type=lambda text: [int(part) for part in text.split(",")],
