@@ -4,6 +4,7 @@ garbage collections stop scanning it while logs stream."""
 import asyncio
 import gc
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,14 @@ import pytest
 from distrun.engines.local import LocalEngine
 from distrun.server import heap_trim
 from distrun.server.app import DistrunApp
+
+
+@pytest.fixture(autouse=True)
+def _keep_the_collection_thresholds() -> Iterator[None]:
+    """The extension's start sets the process's thresholds (young_collection_threshold)."""
+    was = gc.get_threshold()
+    yield
+    gc.set_threshold(*was)
 
 
 async def test_the_startup_heap_is_frozen_unless_configured_not_to_be() -> None:
@@ -103,16 +112,12 @@ async def start_and_see_the_heap_frozen(app: DistrunApp) -> None:
 
 
 async def test_the_youngest_generation_is_collected_at_the_configured_threshold() -> None:
-    was = gc.get_threshold()
-    try:
-        gc.set_threshold(700, 10, 10)
-        app = DistrunApp(young_collection_threshold=0, freeze_startup_heap=False)
-        await app._start_jupyter_server_extension(None)
-        await app.stop_extension()
-        assert gc.get_threshold() == (700, 10, 10)
-        app = DistrunApp(young_collection_threshold=20_000, freeze_startup_heap=False)
-        await app._start_jupyter_server_extension(None)
-        await app.stop_extension()
-        assert gc.get_threshold() == (20_000, 10, 10)
-    finally:
-        gc.set_threshold(*was)
+    gc.set_threshold(700, 10, 10)
+    app = DistrunApp(young_collection_threshold=0, freeze_startup_heap=False)
+    await app._start_jupyter_server_extension(None)
+    await app.stop_extension()
+    assert gc.get_threshold() == (700, 10, 10)
+    app = DistrunApp(young_collection_threshold=20_000, freeze_startup_heap=False)
+    await app._start_jupyter_server_extension(None)
+    await app.stop_extension()
+    assert gc.get_threshold() == (20_000, 10, 10)
