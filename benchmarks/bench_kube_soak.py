@@ -268,6 +268,8 @@ class PhaseResult:
     # (the rest is the OS not running the server), and their count.
     stall_cpu: tuple[float, int] | None = None
     worst_probes: list[tuple[float, float]] = field(default_factory=list)  # (lag, CPU), latest
+    # The latest probes' waits: (lag, [(callback kind, count, seconds)]), the most time first.
+    late: list[tuple[float, list[tuple[str, int, float]]]] = field(default_factory=list)
     slow_warm_up: list[tuple[float, str]] = field(default_factory=list)  # callbacks >= 50 ms
     slow_phase: list[tuple[float, str]] = field(default_factory=list)
     gc_pauses: list[tuple[int, float, int | None]] = field(default_factory=list)  # in the phase
@@ -347,6 +349,7 @@ async def phase(
         lag=None if lag_file is None else lag_figures(lag_file, since, until),
         stall_cpu=None if lag_file is None else stall_cpu(lag_probes(lag_file, since, until)),
         worst_probes=[] if lag_file is None else sorted(lag_probes(lag_file, since, until))[-3:],
+        late=[] if lag_file is None else late_probes(lag_file, since, until)[-3:],
         slow_warm_up=[] if lag_file is None else slow_callbacks(lag_file, warm_since, since),
         slow_phase=[] if lag_file is None else slow_callbacks(lag_file, since, until),
         gc_pauses=[] if lag_file is None else gc_pauses(lag_file, since, until),
@@ -413,6 +416,22 @@ def stall_cpu(probes: list[tuple[float, float]]) -> tuple[float, int] | None:
     if not stalls:
         return None
     return sum(cpu for _, cpu in stalls) / sum(lag + 0.01 for lag, _ in stalls), len(stalls)
+
+
+def late_probes(
+    lag_file: Path, since: float, until: float
+) -> list[tuple[float, list[tuple[str, int, float]]]]:
+    """The probes 100 ms late or more, the least late first, each with the callbacks it waited
+    behind (by kind: how many ran, for how long)."""
+    if not lag_file.exists():
+        return []
+    late = [
+        (lag, [(kind, count, seconds) for kind, count, seconds in kinds])
+        for window in map(json.loads, lag_file.read_text().splitlines())
+        if since <= window["time"] <= until
+        for lag, kinds in window.get("late", [])
+    ]
+    return sorted(late, key=lambda probe: probe[0])
 
 
 def gc_pauses(lag_file: Path, since: float, until: float) -> list[tuple[int, float, int | None]]:
@@ -612,6 +631,13 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
                 + ", ".join(
                     f"{lag * 1000:.0f} ms (the loop's thread on CPU {cpu * 1000:.0f} ms)"
                     for lag, cpu in reversed(result.worst_probes)
+                )
+            )
+        for lag, kinds in reversed(result.late):
+            print(
+                f"    {lag * 1000:.0f} ms late, behind: "
+                + ", ".join(
+                    f"{kind} x{count} {seconds * 1000:.0f} ms" for kind, count, seconds in kinds[:5]
                 )
             )
         if result.gc_pauses:

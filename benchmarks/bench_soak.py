@@ -103,6 +103,15 @@ def _on_gc(phase, info):
 
 _slow = []  # (seconds, what) of each callback that held the loop 50 ms or more
 _handle_run = asyncio.events.Handle._run
+# (began, seconds, kind) of the latest callbacks: what a late probe waited behind
+_recent = collections.deque(maxlen=50_000)
+_late = []  # (lag, [(kind, count, seconds)]) of each probe 100 ms late or more
+
+def _kind(handle):
+    owner = getattr(handle._callback, "__self__", None)
+    if isinstance(owner, asyncio.Task):
+        return getattr(owner.get_coro(), "__qualname__", "task")
+    return getattr(handle._callback, "__qualname__", type(handle._callback).__name__)
 
 def _timed_run(handle):
     # asyncio's own slow-callback warning needs debug mode, which records a stack for every
@@ -110,27 +119,44 @@ def _timed_run(handle):
     began = time.perf_counter()
     _handle_run(handle)
     seconds = time.perf_counter() - began
+    _recent.append((began, seconds, _kind(handle)))
     if seconds >= 0.05:
         owner = getattr(handle._callback, "__self__", None)
         what = repr(owner) if isinstance(owner, asyncio.Task) else repr(handle)
         _slow.append((round(seconds, 4), what[:300]))
 
+def _waited_behind(since):
+    # The callbacks run since `since` (perf_counter), by kind: the most time first.
+    kinds = {}
+    for began, seconds, kind in reversed(_recent):
+        if began < since:
+            break
+        count, total = kinds.get(kind, (0, 0.0))
+        kinds[kind] = (count + 1, total + seconds)
+    ranked = sorted(kinds.items(), key=lambda item: -item[1][1])[:8]
+    return [(kind, count, round(total, 4)) for kind, (count, total) in ranked]
+
 async def _probe(path):
     loop = asyncio.get_running_loop()
     window, flushed = [], time.monotonic()
     while True:
-        start, cpu = loop.time(), time.thread_time()
+        start, cpu, began = loop.time(), time.thread_time(), time.perf_counter()
         await asyncio.sleep(0.01)
-        window.append((round(loop.time() - start - 0.01, 5), round(time.thread_time() - cpu, 5)))
+        lag = loop.time() - start - 0.01
+        window.append((round(lag, 5), round(time.thread_time() - cpu, 5)))
+        if lag >= 0.1:
+            _late.append((round(lag, 4), _waited_behind(began)))
         if time.monotonic() - flushed >= 1.0:
             with open(path, "a") as out:
                 out.write(json.dumps(
-                    {"time": time.time(), "lags": window, "gc": _gc_pauses, "slow": _slow}
+                    {"time": time.time(), "lags": window, "gc": _gc_pauses, "slow": _slow,
+                     "late": _late}
                 ))
                 out.write("\\n")
             window, flushed = [], time.monotonic()
             _gc_pauses.clear()
             _slow.clear()
+            _late.clear()
 
 def _load_jupyter_server_extension(serverapp):
     gc.callbacks.append(_on_gc)
