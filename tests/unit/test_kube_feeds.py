@@ -302,3 +302,30 @@ async def test_a_running_jobs_feed_does_not_ask_why_it_waits() -> None:
     await feeds.JobFeed._refresh_waiting(feed)
     assert asked == ["describe", "reason"] and feed.waiting == "waiting for a node"
     assert feed.updates == 1
+
+
+async def test_feeds_started_together_look_again_at_different_moments(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A server's feeds start together when its viewers reconnect; looking again in step, they
+    # would wake every viewer in one loop iteration every RECHECK_SECONDS.
+    sleeps: list[list[float]] = []
+
+    async def recorded_sleep(seconds: float) -> None:
+        sleeps[-1].append(seconds)
+        if len(sleeps[-1]) == 3:
+            raise asyncio.CancelledError
+
+    monkeypatch.setattr(feeds.asyncio, "sleep", recorded_sleep)
+    for _ in range(20):
+        sleeps.append([])
+        feed: Any = type("Feed", (), {})()
+        feed.changed = Broadcast()
+        woken = feed.changed.next()
+        with pytest.raises(asyncio.CancelledError):
+            await feeds.JobFeed._recheck(feed)
+        assert woken.is_set()
+    firsts = [first for first, *_ in sleeps]
+    assert all(0 <= first <= feeds.RECHECK_SECONDS for first in firsts)
+    assert max(firsts) - min(firsts) > feeds.RECHECK_SECONDS / 4  # spread over the interval
+    assert all(rest == [feeds.RECHECK_SECONDS] * 2 for _, *rest in sleeps)

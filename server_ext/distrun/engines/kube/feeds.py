@@ -19,6 +19,7 @@ import bisect
 import contextlib
 import copy
 import logging
+import random
 import sys
 from collections.abc import AsyncIterator
 from typing import Protocol
@@ -298,10 +299,14 @@ class JobFeed:
             self._update()
 
     async def _recheck(self) -> None:
-        """Every viewer looks again at least every RECHECK_SECONDS, changed or not."""
+        """Every viewer looks again at least every RECHECK_SECONDS, changed or not. The first
+        look comes at a random moment in that interval: a server's feeds start together (its
+        viewers reconnect at once), and would otherwise wake all their viewers in the same
+        loop iteration every RECHECK_SECONDS, for as long as they run."""
+        await asyncio.sleep(random.uniform(0, RECHECK_SECONDS))
         while True:
-            await asyncio.sleep(RECHECK_SECONDS)
             self.changed.set()
+            await asyncio.sleep(RECHECK_SECONDS)
 
     async def _poll_waiting(self) -> None:
         """Events and PodGroups are not watched (a watch per job for a word that rarely
