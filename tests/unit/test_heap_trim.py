@@ -2,20 +2,16 @@
 between blocks that live on (which the heap cannot shrink past by itself). Each case runs in a
 fresh process: what a heap keeps depends on everything the process allocated before."""
 
-import subprocess
 import sys
 
 import pytest
+
+from tests.fresh_heap import mib_held
 
 PROGRAM = """
 import sys
 from distrun.engines.kube.client import return_large_blocks
 from distrun.server.heap_trim import trim_heap
-
-def rss_mib():
-    with open("/proc/self/status") as status:
-        line = next(line for line in status if line.startswith("VmRSS"))
-    return int(line.split()[1]) / 1024
 
 return_large_blocks()  # the server's setting with a Kubernetes engine: blocks under 128 KiB stay
 before = rss_mib()
@@ -30,14 +26,7 @@ print(rss_mib() - before)
 """
 
 
-def held_after_free(mode: str) -> float:
-    out = subprocess.run(
-        [sys.executable, "-c", PROGRAM, mode], check=True, capture_output=True, text=True
-    ).stdout
-    return float(out)
-
-
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc's allocator (malloc_trim)")
 def test_trimming_returns_the_free_pages_between_live_blocks() -> None:
-    assert held_after_free("keep") > 50  # what the heap keeps by itself: the case this is for
-    assert held_after_free("trim") < 15  # the 3 MiB kept, and the pages they share
+    assert mib_held(PROGRAM, "keep") > 50  # what the heap keeps by itself: the case this is for
+    assert mib_held(PROGRAM, "trim") < 15  # the 3 MiB kept, and the pages they share

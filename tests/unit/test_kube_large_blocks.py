@@ -3,19 +3,15 @@ allocated together and freed between longer-lived small objects go back to the s
 glibc would otherwise keep them in its heap. Each case runs in a fresh process (the setting is
 process-wide)."""
 
-import subprocess
 import sys
 
 import pytest
 
+from tests.fresh_heap import mib_held
+
 PROGRAM = """
 import gc, sys
 from distrun.engines.kube.client import return_large_blocks
-
-def rss_mib():
-    with open("/proc/self/status") as status:
-        line = next(line for line in status if line.startswith("VmRSS"))
-    return int(line.split()[1]) / 1024
 
 if sys.argv[1] == "set":
     return_large_blocks()
@@ -32,14 +28,7 @@ print(rss_mib() - before)
 """
 
 
-def held_after_free(mode: str) -> float:
-    out = subprocess.run(
-        [sys.executable, "-c", PROGRAM, mode], check=True, capture_output=True, text=True
-    ).stdout
-    return float(out)
-
-
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc's allocator (mallopt)")
 def test_freed_large_blocks_go_back_to_the_system() -> None:
-    assert held_after_free("unset") > 50  # what glibc keeps by itself: the case this is for
-    assert held_after_free("set") < 10  # the small objects kept: about 1 MiB
+    assert mib_held(PROGRAM, "unset") > 50  # what glibc keeps by itself: the case this is for
+    assert mib_held(PROGRAM, "set") < 10  # the small objects kept: about 1 MiB
