@@ -332,6 +332,7 @@ async def phase(
     finally:
         stop.set()
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    probes = [] if lag_file is None else lag_probes(lag_file, since, until)
     errors = [error for viewer, _ in viewers for error in viewer.errors]
     errors += [repr(outcome) for outcome in outcomes if isinstance(outcome, BaseException)]
     return PhaseResult(
@@ -347,8 +348,8 @@ async def phase(
         warm_up=(warm_seconds, round(warm_requests), caught_up),
         warm_busiest=start.busiest_since(before, 6),
         lag=None if lag_file is None else lag_figures(lag_file, since, until),
-        stall_cpu=None if lag_file is None else stall_cpu(lag_probes(lag_file, since, until)),
-        worst_probes=[] if lag_file is None else sorted(lag_probes(lag_file, since, until))[-3:],
+        stall_cpu=None if lag_file is None else stall_cpu(probes),
+        worst_probes=sorted(probes)[-3:],
         late=[] if lag_file is None else late_probes(lag_file, since, until)[-3:],
         slow_warm_up=[] if lag_file is None else slow_callbacks(lag_file, warm_since, since),
         slow_phase=[] if lag_file is None else slow_callbacks(lag_file, since, until),
@@ -426,7 +427,7 @@ def late_probes(
     if not lag_file.exists():
         return []
     late = [
-        (lag, [(kind, count, seconds) for kind, count, seconds in kinds])
+        (lag, [(kind, count, seconds) for kind, count, seconds in kinds])  # JSON's lists as tuples
         for window in map(json.loads, lag_file.read_text().splitlines())
         if since <= window["time"] <= until
         for lag, kinds in window.get("late", [])

@@ -107,23 +107,21 @@ _handle_run = asyncio.events.Handle._run
 _recent = collections.deque(maxlen=50_000)
 _late = []  # (lag, [(kind, count, seconds)]) of each probe 100 ms late or more
 
-def _kind(handle):
-    owner = getattr(handle._callback, "__self__", None)
-    if isinstance(owner, asyncio.Task):
-        return getattr(owner.get_coro(), "__qualname__", "task")
-    return getattr(handle._callback, "__qualname__", type(handle._callback).__name__)
-
 def _timed_run(handle):
     # asyncio's own slow-callback warning needs debug mode, which records a stack for every
     # callback scheduled: too costly to measure with.
     began = time.perf_counter()
     _handle_run(handle)
     seconds = time.perf_counter() - began
-    _recent.append((began, seconds, _kind(handle)))
+    owner = getattr(handle._callback, "__self__", None)
+    task = owner if isinstance(owner, asyncio.Task) else None
+    if task is not None:
+        kind = getattr(task.get_coro(), "__qualname__", "task")
+    else:
+        kind = getattr(handle._callback, "__qualname__", type(handle._callback).__name__)
+    _recent.append((began, seconds, kind))
     if seconds >= 0.05:
-        owner = getattr(handle._callback, "__self__", None)
-        what = repr(owner) if isinstance(owner, asyncio.Task) else repr(handle)
-        _slow.append((round(seconds, 4), what[:300]))
+        _slow.append((round(seconds, 4), repr(task or handle)[:300]))
 
 def _waited_behind(since):
     # The callbacks run since `since` (perf_counter), by kind: the most time first.
