@@ -124,7 +124,8 @@ def assert_safe_for_kubernetes(spec: JobSpec) -> None:
         assert "\x00" not in value
     for role in spec.roles.values():
         for quantity in (role.resources.cpu, role.resources.memory):
-            assert quantity is None or re.fullmatch(r"[0-9.]+[A-Za-z]{0,2}", quantity), quantity
+            # The API server's own grammar (a sign, an exponent: "-0", "+1", "5e3"), whole.
+            assert quantity is None or QUANTITY_RE.fullmatch(quantity), quantity
 
 
 SETTINGS = settings(
