@@ -272,7 +272,9 @@ class PhaseResult:
     late: list[tuple[float, list[tuple[str, int, float]]]] = field(default_factory=list)
     slow_warm_up: list[tuple[float, str]] = field(default_factory=list)  # callbacks >= 50 ms
     slow_phase: list[tuple[float, str]] = field(default_factory=list)
-    gc_pauses: list[tuple[int, float, int | None]] = field(default_factory=list)  # in the phase
+    # In the phase: (generation, seconds, objects left to scan after a full one, collected)
+    gc_pauses: list[tuple[int, float, int | None, int]] = field(default_factory=list)
+    census: dict[str, Any] | None = None  # what the server's heap held as the phase ended
     rss_mib: list[float] = field(default_factory=list)  # at the start, middle and end
     pods: int = 0
     # CPU seconds a second over the phase: the server's process, this process (the viewers),
@@ -329,6 +331,7 @@ async def phase(
             (cpu_after[2] - cpu_before[2]) / elapsed,
         )
         until = time.time()  # the viewers' leaving is not the phase's
+        census = None if lag_file is None else await heap_census(lag_file)
     finally:
         stop.set()
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
@@ -355,6 +358,7 @@ async def phase(
         slow_phase=[] if lag_file is None else slow_callbacks(lag_file, since, until),
         gc_pauses=[] if lag_file is None else gc_pauses(lag_file, since, until),
         rss_mib=rss,
+        census=census,
         cpu=cpu if server is not None else None,
     )
 
@@ -435,17 +439,34 @@ def late_probes(
     return sorted(late, key=lambda probe: probe[0])
 
 
-def gc_pauses(lag_file: Path, since: float, until: float) -> list[tuple[int, float, int | None]]:
+def gc_pauses(
+    lag_file: Path, since: float, until: float
+) -> list[tuple[int, float, int | None, int]]:
     """Each garbage collection between `since` and `until`: (generation, seconds, objects
-    left to scan)."""
+    left to scan, objects collected)."""
     if not lag_file.exists():
         return []
     return [
-        (generation, seconds, heap)
+        (generation, seconds, heap, collected)
         for window in map(json.loads, lag_file.read_text().splitlines())
         if since <= window["time"] <= until
-        for generation, seconds, heap in window["gc"]
+        for generation, seconds, heap, collected in window["gc"]
     ]
+
+
+async def heap_census(lag_file: Path) -> dict[str, Any] | None:
+    """What the server's heap holds now, from its probe (a census of every object: a second
+    or so of its loop, so taken once a phase is measured)."""
+    asked, answer = Path(f"{lag_file}.census-asked"), Path(f"{lag_file}.census")
+    answer.unlink(missing_ok=True)
+    asked.touch()
+    for _ in range(600):
+        await asyncio.sleep(0.1)
+        if answer.exists() and not asked.exists():
+            with contextlib.suppress(ValueError):
+                census: dict[str, Any] = json.loads(answer.read_text())
+                return census
+    return None
 
 
 def slow_callbacks(lag_file: Path, since: float, until: float) -> list[tuple[float, str]]:
@@ -644,7 +665,7 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
         if result.gc_pauses:
             longest = max(result.gc_pauses, key=lambda pause: pause[1])
             full = [pause for pause in result.gc_pauses if pause[0] == 2]
-            heaps = [heap for _, _, heap in full if heap is not None]
+            heaps = [heap for _, _, heap, _ in full if heap is not None]
             print(
                 f"  {result.name} at {result.pods} pods: {len(result.gc_pauses)} collections, "
                 f"the longest {longest[1] * 1000:.0f} ms (generation {longest[0]}); "
@@ -652,12 +673,16 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
             )
             for generation in (0, 1, 2):
                 pauses = sorted(p[1] for p in result.gc_pauses if p[0] == generation)
+                collected = [p[3] for p in result.gc_pauses if p[0] == generation]
                 if pauses:
                     print(
                         f"    generation {generation}: {len(pauses)}, median "
                         f"{percentile(pauses, 0.5) * 1000:.1f} ms, max {pauses[-1] * 1000:.0f} ms,"
-                        f" {sum(pauses) * 1000:.0f} ms in all"
+                        f" {sum(pauses) * 1000:.0f} ms in all; collected {max(collected):,} "
+                        "objects at most"
                     )
+        if result.census:
+            print_census(result)
         for when, slow in (("warm-up", result.slow_warm_up), ("phase", result.slow_phase)):
             if slow:
                 total = sum(seconds for seconds, _ in slow)
@@ -674,6 +699,20 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
     for error in errors[:20]:
         print("  ERROR", error)
     return 1 if errors else 0
+
+
+def print_census(result: PhaseResult) -> None:
+    census = result.census or {}
+    heap = census.get("heap_mib", {})
+    print(
+        f"  {result.name} at {result.pods} pods, heap as it ended: RSS "
+        f"{census['rss_kib'] / 1024:.0f} MiB; C heap (mallinfo2) arena {heap.get('arena')} MiB, "
+        f"in use {heap.get('in_use')}, free {heap.get('free')}, mapped {heap.get('mapped')} "
+        f"({heap.get('mapped_blocks')} blocks); {census['objects']:,} objects tracked "
+        f"({census['frozen']:,} frozen), {census['tasks']} tasks; largest by shallow size:"
+    )
+    for kind, count, kib in census["by_size"][:15]:
+        print(f"    {kind:40} {count:>9,} {kib / 1024:8.1f} MiB")
 
 
 async def soak(args: argparse.Namespace) -> int:

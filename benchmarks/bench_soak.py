@@ -81,7 +81,7 @@ def _jupyter_server_extension_points():
     return [{"module": "soak_lag_probe"}]
 
 _gc_started = [0.0]
-_gc_pauses = []  # (generation, seconds, heap) of each collection since the last flush
+_gc_pauses = []  # (generation, seconds, heap, collected) of each collection since the last flush
 
 def _on_gc(phase, info):
     if phase == "start":
@@ -91,7 +91,7 @@ def _on_gc(phase, info):
     # After a full collection: the objects the next one scans (frozen ones are not counted).
     # Counting takes ~1 ms, once or twice a run.
     heap = len(gc.get_objects(2)) if info["generation"] == 2 else None
-    _gc_pauses.append((info["generation"], seconds, heap))
+    _gc_pauses.append((info["generation"], seconds, heap, info["collected"]))
     # A file: what the heap holds, once, at the first full collection that leaves more than
     # SOAK_HEAP_CENSUS_OVER objects (the start-up heap, before it is frozen, is ~260k).
     census = os.environ.get("SOAK_HEAP_CENSUS")
@@ -134,6 +134,44 @@ def _waited_behind(since):
     ranked = sorted(kinds.items(), key=lambda item: -item[1][1])[:8]
     return [(kind, count, round(total, 4)) for kind, (count, total) in ranked]
 
+def _census(path):
+    # What the heap holds, asked for by a file beside the lag file (bench_kube_soak.py, once a
+    # phase is measured): the C heap's use (glibc's mallinfo2), the tracked objects by type
+    # (their shallow sizes; the frozen start-up heap included), the tasks.
+    import ctypes, sys
+    figures = {"rss_kib": _status_kib("VmRSS")}
+    try:
+        class _Info(ctypes.Structure):
+            _fields_ = [(name, ctypes.c_size_t) for name in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                "uordblks", "fordblks", "keepcost")]
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+        mallinfo2.restype = _Info
+        info = mallinfo2()
+        figures["heap_mib"] = {
+            "arena": info.arena >> 20, "in_use": info.uordblks >> 20,
+            "free": info.fordblks >> 20, "mapped": info.hblkhd >> 20, "mapped_blocks": info.hblks}
+    except (OSError, AttributeError):
+        pass
+    counts, sizes = collections.Counter(), collections.Counter()
+    for obj in gc.get_objects():
+        kind = type(obj).__qualname__
+        counts[kind] += 1
+        sizes[kind] += sys.getsizeof(obj)
+    figures["objects"] = sum(counts.values())
+    figures["frozen"] = gc.get_freeze_count()
+    figures["tasks"] = len(asyncio.all_tasks())
+    figures["by_size"] = [(kind, counts[kind], sizes[kind] >> 10) for kind, _ in sizes.most_common(25)]
+    with open(path, "w") as out:
+        json.dump(figures, out)
+
+def _status_kib(key):
+    with open("/proc/self/status") as status:
+        for row in status:
+            if row.startswith(key + ":"):
+                return int(row.split()[1])
+    return 0
+
 async def _probe(path):
     loop = asyncio.get_running_loop()
     window, flushed = [], time.monotonic()
@@ -144,6 +182,9 @@ async def _probe(path):
         window.append((round(lag, 5), round(time.thread_time() - cpu, 5)))
         if lag >= 0.1:
             _late.append((round(lag, 4), _waited_behind(began)))
+        if os.path.exists(path + ".census-asked"):
+            os.unlink(path + ".census-asked")
+            _census(path + ".census")
         if time.monotonic() - flushed >= 1.0:
             with open(path, "a") as out:
                 out.write(json.dumps(
@@ -451,8 +492,8 @@ def report(
             f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
         )
         pauses = [pause for window in windows for pause in window["gc"]]
-        full = [(seconds, heap) for gen, seconds, heap in pauses if gen == 2]
-        outcome.gc_max = max((seconds for _, seconds, _ in pauses), default=0.0)
+        full = [(seconds, heap) for gen, seconds, heap, _ in pauses if gen == 2]
+        outcome.gc_max = max((seconds for _, seconds, *_ in pauses), default=0.0)
         print(
             f"  garbage collections: {len(pauses):,}, the longest {outcome.gc_max * 1000:.1f} ms; "
             f"{len(full)} full, the longest {max(full, default=(0.0, 0))[0] * 1000:.1f} ms"
