@@ -82,6 +82,9 @@ from distrun.core.logs import LogBatch
 from distrun.core.spec import JobSpec, Limits
 from distrun.engines.kube.kubeflow import KubeflowEngine
 
+# A collection as the probe records it: (generation, seconds, objects left to scan after a full
+# one, collected, CPU seconds, [objects scanned, its largest containers] or None)
+GcPause = tuple[int, float, int | None, int, float, list[Any] | None]
 PODS_PER_NODE = 100
 WRITE_SLOTS = 20  # moments in each second at which the jobs write, a share of them each
 WARM_UP = 5.0  # seconds for a phase's viewers to connect and catch up before measuring, at least
@@ -272,8 +275,7 @@ class PhaseResult:
     late: list[tuple[float, list[tuple[str, int, float]]]] = field(default_factory=list)
     slow_warm_up: list[tuple[float, str]] = field(default_factory=list)  # callbacks >= 50 ms
     slow_phase: list[tuple[float, str]] = field(default_factory=list)
-    # In the phase: (generation, seconds, objects left to scan after a full one, collected)
-    gc_pauses: list[tuple[int, float, int | None, int]] = field(default_factory=list)
+    gc_pauses: list[GcPause] = field(default_factory=list)
     census: dict[str, Any] | None = None  # what the server's heap held as the phase ended
     rss_mib: list[float] = field(default_factory=list)  # at the start, middle and end
     pods: int = 0
@@ -439,18 +441,15 @@ def late_probes(
     return sorted(late, key=lambda probe: probe[0])
 
 
-def gc_pauses(
-    lag_file: Path, since: float, until: float
-) -> list[tuple[int, float, int | None, int]]:
-    """Each garbage collection between `since` and `until`: (generation, seconds, objects
-    left to scan, objects collected)."""
+def gc_pauses(lag_file: Path, since: float, until: float) -> list[GcPause]:
+    """Each garbage collection between `since` and `until`, as the probe recorded it."""
     if not lag_file.exists():
         return []
     return [
-        (generation, seconds, heap, collected)
+        tuple(pause)
         for window in map(json.loads, lag_file.read_text().splitlines())
         if since <= window["time"] <= until
-        for generation, seconds, heap, collected in window["gc"]
+        for pause in window["gc"]
     ]
 
 
@@ -481,7 +480,9 @@ def slow_callbacks(lag_file: Path, since: float, until: float) -> list[tuple[flo
     ]
 
 
-def server_with_probe(kubeconfig: Path, work: Path, viewers: int) -> tuple[DistrunServer, Path]:
+def server_with_probe(
+    kubeconfig: Path, work: Path, viewers: int, settings: dict[str, Any]
+) -> tuple[DistrunServer, Path]:
     """A distrun server with the event-loop probe of bench_soak.py loaded beside it."""
     probe_dir = work / f"probe-{len(list(work.iterdir()))}"
     probe_dir.mkdir()
@@ -495,7 +496,7 @@ def server_with_probe(kubeconfig: Path, work: Path, viewers: int) -> tuple[Distr
         extra_config={
             "ServerApp": {"jpserver_extensions": extensions},
             # One user watches every job here: more websockets than one user may hold.
-            "DistrunApp": {"max_streams_per_user": viewers + 10},
+            "DistrunApp": {"max_streams_per_user": viewers + 10, **settings},
         },
     )
     return server, lag_file
@@ -529,8 +530,8 @@ async def run_phases(
     quiet_rate = quiet.requests_per_minute
     results = [quiet]
     viewers = len(jobs.ids) * args.viewers
-    first, lag_file = server_with_probe(kubeconfig, work, viewers)
-    second, _ = server_with_probe(kubeconfig, work, viewers)
+    first, lag_file = server_with_probe(kubeconfig, work, viewers, args.server_config)
+    second, _ = server_with_probe(kubeconfig, work, viewers, args.server_config)
     await asyncio.to_thread(first.start)
     await asyncio.to_thread(second.start)
     try:
@@ -554,7 +555,9 @@ async def curve_step(
     """At `pods` pods: the quiet phase, then a fresh server's two shared phases."""
     work = Path(tempfile.mkdtemp(prefix="distrun-kube-soak-"))
     quiet = await phase("quiet", admin, args.phase_seconds, [], 0.0)
-    server, lag_file = server_with_probe(kubeconfig, work, len(jobs.ids) * args.viewers)
+    server, lag_file = server_with_probe(
+        kubeconfig, work, len(jobs.ids) * args.viewers, args.server_config
+    )
     await asyncio.to_thread(server.start)
     try:
         shared = await shared_phases(args, jobs, admin, server, lag_file, quiet.requests_per_minute)
@@ -665,7 +668,7 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
         if result.gc_pauses:
             longest = max(result.gc_pauses, key=lambda pause: pause[1])
             full = [pause for pause in result.gc_pauses if pause[0] == 2]
-            heaps = [heap for _, _, heap, _ in full if heap is not None]
+            heaps = [pause[2] for pause in full if pause[2] is not None]
             print(
                 f"  {result.name} at {result.pods} pods: {len(result.gc_pauses)} collections, "
                 f"the longest {longest[1] * 1000:.0f} ms (generation {longest[0]}); "
@@ -673,13 +676,15 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
             )
             for generation in (0, 1, 2):
                 pauses = sorted(p[1] for p in result.gc_pauses if p[0] == generation)
-                collected = [p[3] for p in result.gc_pauses if p[0] == generation]
+                of_generation = [p for p in result.gc_pauses if p[0] == generation]
                 if pauses:
+                    worst = max(of_generation, key=lambda pause: pause[1])
+                    scanned = "" if worst[5] is None else f", scanned {worst[5]}"
                     print(
                         f"    generation {generation}: {len(pauses)}, median "
                         f"{percentile(pauses, 0.5) * 1000:.1f} ms, max {pauses[-1] * 1000:.0f} ms,"
-                        f" {sum(pauses) * 1000:.0f} ms in all; collected {max(collected):,} "
-                        "objects at most"
+                        f" {sum(pauses) * 1000:.0f} ms in all; the longest: CPU "
+                        f"{worst[4] * 1000:.0f} ms, collected {worst[3]:,}{scanned}"
                     )
         if result.census:
             print_census(result)
@@ -744,6 +749,16 @@ async def soak(args: argparse.Namespace) -> int:
     return report(results, args)
 
 
+def server_setting(text: str) -> tuple[str, Any]:
+    name, equals, value = text.partition("=")
+    if not equals:
+        raise argparse.ArgumentTypeError(f"--server-config {text!r}: write TRAIT=VALUE")
+    try:
+        return name, json.loads(value)
+    except ValueError:
+        return name, value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=50)
@@ -764,7 +779,16 @@ def main() -> None:
         help="the curve: sizes in pods, one after the other in the same cluster, e.g. "
         "200,600,1200 (jobs of --replicas; quiet and the two shared phases at each)",
     )
+    parser.add_argument(
+        "--server-config",
+        action="append",
+        default=[],
+        metavar="TRAIT=VALUE",
+        help="a DistrunApp setting for the servers measured, e.g. young_collection_threshold=5000 "
+        "(VALUE read as JSON, else as a string); repeatable",
+    )
     args = parser.parse_args()
+    args.server_config = dict(map(server_setting, args.server_config))
     if args.quick:
         args.jobs, args.phase_seconds = 10, 20.0
     sys.exit(asyncio.run(soak(args)))

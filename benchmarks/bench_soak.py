@@ -75,23 +75,38 @@ print("done", i, flush=True)
 # how much CPU the loop's thread used meanwhile (lag with little CPU is the machine's load
 # delaying the whole process, not code blocking the loop).
 LAG_PROBE = """\
-import asyncio, collections, gc, json, os, time
+import asyncio, collections, gc, heapq, json, os, time
 
 def _jupyter_server_extension_points():
     return [{"module": "soak_lag_probe"}]
 
-_gc_started = [0.0]
-_gc_pauses = []  # (generation, seconds, heap, collected) of each collection since the last flush
+_gc_started = [0.0, 0.0]  # perf_counter, thread_time
+_gc_young = [None]  # the generation collected, looked at before the collection's clock starts
+_gc_pauses = []  # (generation, seconds, heap, collected, cpu, young) of each collection since the last flush
+_CONTAINERS = (list, dict, set, tuple, collections.deque)
+
+def _young_census(generation):
+    # How many objects a young or middle collection scans, and its largest containers (their
+    # references are what it follows).
+    objects = gc.get_objects(generation)
+    sized = (
+        (len(obj), type(obj).__qualname__) for obj in objects if isinstance(obj, _CONTAINERS)
+    )
+    return [len(objects), heapq.nlargest(3, sized)]
 
 def _on_gc(phase, info):
     if phase == "start":
-        _gc_started[0] = time.perf_counter()
+        generation = info["generation"]
+        asked = os.environ.get("SOAK_YOUNG_CENSUS") == "1"  # costs the loop ~5 ms a 20k objects
+        _gc_young[0] = _young_census(generation) if asked and generation < 2 else None
+        _gc_started[0], _gc_started[1] = time.perf_counter(), time.thread_time()
         return
     seconds = round(time.perf_counter() - _gc_started[0], 5)
+    cpu = round(time.thread_time() - _gc_started[1], 5)
     # After a full collection: the objects the next one scans (frozen ones are not counted).
     # Counting takes ~1 ms, once or twice a run.
     heap = len(gc.get_objects(2)) if info["generation"] == 2 else None
-    _gc_pauses.append((info["generation"], seconds, heap, info["collected"]))
+    _gc_pauses.append((info["generation"], seconds, heap, info["collected"], cpu, _gc_young[0]))
     # A file: what the heap holds, once, at the first full collection that leaves more than
     # SOAK_HEAP_CENSUS_OVER objects (the start-up heap, before it is frozen, is ~260k).
     census = os.environ.get("SOAK_HEAP_CENSUS")
