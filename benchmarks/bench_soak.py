@@ -86,13 +86,14 @@ _gc_pauses = []  # (generation, seconds, heap, collected, cpu, young) of each co
 _CONTAINERS = (list, dict, set, tuple, collections.deque)
 
 def _young_census(generation):
-    # How many objects a young or middle collection scans, and its largest containers (their
-    # references are what it follows).
+    # How many objects a young or middle collection scans, its largest containers (their
+    # references are what it follows) and its commonest types.
     objects = gc.get_objects(generation)
     sized = (
         (len(obj), type(obj).__qualname__) for obj in objects if isinstance(obj, _CONTAINERS)
     )
-    return [len(objects), heapq.nlargest(3, sized)]
+    kinds = collections.Counter(type(obj).__qualname__ for obj in objects)
+    return [len(objects), heapq.nlargest(3, sized), kinds.most_common(6)]
 
 def _on_gc(phase, info):
     if phase == "start":

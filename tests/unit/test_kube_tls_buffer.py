@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from distrun.engines.kube.client import TLS_SLICE, share_tls_buffer
+from distrun.engines.kube.client import TLS_RECORD_READ, TLS_SLICE, share_tls_buffer
 
 BODIES = [os.urandom(3 * 1024 * 1024), os.urandom(2 * 1024 * 1024 + 17)]
 
@@ -129,3 +129,28 @@ async def test_a_large_read_reaches_the_tls_object_a_slice_at_a_time(
     assert max(reads) > TLS_SLICE  # the socket is read in large reads still
     assert max(written) <= TLS_SLICE
     assert sum(written) == sum(reads)
+
+
+async def test_the_plaintext_is_taken_a_record_at_most_at_a_time(
+    tls_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # asyncio asks SSLObject.read for 256 KiB, and each call allocates that much (twice a
+    # socket read): past glibc's mmap threshold, a map and an unmap for every line read.
+    asked: list[int] = []
+    client: list[ssl.SSLObject] = []  # not the server's end, in this process too
+    read = ssl.SSLObject.read
+
+    def recorded(self: ssl.SSLObject, size: int = 1024, buffer: Any = None) -> Any:
+        if self in client:
+            asked.append(size)
+        return read(self, size, buffer)
+
+    monkeypatch.setattr(ssl.SSLObject, "read", recorded)
+    async with aiohttp.ClientSession() as session:
+        response = await session.get(f"{tls_url}?body=1", ssl=False)
+        client.append(tls_protocol(response)._sslobj)
+        share_tls_buffer(response)
+        async with response:
+            body = b"".join([chunk async for chunk in response.content.iter_any()])
+    assert body == BODIES[1]
+    assert asked and max(asked) <= TLS_RECORD_READ

@@ -410,7 +410,8 @@ def share_tls_buffer(response: Any) -> None:
     smaller one cuts every read to that size: a follower catching up on a long log then reads
     it several times slower (with 16 KiB it fell behind the pods it followed, so their
     unfinished lines went unseen: tests/k8s/test_kube_log_fidelity.py); what it reads reaches
-    the TLS object in slices (_buffer_updated_in_slices). asyncio has no public way to do
+    the TLS object in slices (_buffer_updated_in_slices), and the decrypted bytes are taken
+    from it a TLS record at most at a time (TLS_RECORD_READ). asyncio has no public way to do
     this: its attributes are set when they are there, on a selector transport only (elsewhere
     nothing changes)."""
     connection = getattr(response, "connection", None)
@@ -425,13 +426,23 @@ def share_tls_buffer(response: Any) -> None:
         getattr(protocol, "_transport", None), selector_transport
     ):
         return
-    shared = _loop_tls_buffer(protocol.max_size)
+    shared = _loop_tls_buffer(ASYNCIO_TLS_READ)
     if protocol._ssl_buffer is not shared.obj:
         protocol._ssl_buffer, protocol._ssl_buffer_view = shared.obj, shared
         protocol.buffer_updated = functools.partial(_buffer_updated_in_slices, protocol)
+        # asyncio takes the decrypted bytes with SSLObject.read(max_size), which allocates
+        # max_size before shrinking to what it got, twice a socket read (the last read finds
+        # nothing). 256 KiB is past the size from which glibc maps a block on its own (held at
+        # 128 KiB by return_large_blocks), so each line read mapped and unmapped memory: 80 us
+        # a line against 8 (benchmarks/bench_tls_read.py). A read returns at most one record,
+        # so asking for more than a record's plaintext never reads more. The socket is still
+        # read into the whole shared buffer: get_buffer hands it out whatever max_size says.
+        protocol.max_size = TLS_RECORD_READ
 
 
 TLS_SLICE = 16 * 1024  # the TLS object is handed a socket read this much at a time
+TLS_RECORD_READ = 16 * 1024  # the most plaintext one TLS record carries (2^14 bytes)
+ASYNCIO_TLS_READ = 256 * 1024  # sslproto.SSLProtocol.max_size: the socket read size kept
 
 
 def _buffer_updated_in_slices(protocol: Any, nbytes: int) -> None:
