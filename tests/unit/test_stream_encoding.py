@@ -1,11 +1,17 @@
 """The websocket's `runs` messages: encoded once per batch object, bounded in size."""
 
+import asyncio
 import gc
 import json
+import weakref
+from collections.abc import AsyncIterator
+from typing import Any
 
-from distrun.core.logs import LineRun, LogBatch, LogLine
+import pytest
+
+from distrun.core.logs import LineRun, LogBatch, LogEvent, LogLine
 from distrun.server import log_stream as stream
-from distrun.server.log_stream import FRAME_MAX_LINES, encoded_frames
+from distrun.server.log_stream import FRAME_MAX_LINES, LogStreamHandler, encoded_frames
 
 
 def test_one_batch_object_is_encoded_once_and_forgotten_with_it() -> None:
@@ -69,3 +75,39 @@ def test_a_text_orjson_refuses_is_encoded_by_json() -> None:
     batch = LogBatch([LogLine("worker-0", 0, 1.0, "lone \udc80 surrogate")])
     (message,) = encoded_frames(batch)
     assert json.loads(message)["runs"][0]["texts"] == ["lone \udc80 surrogate"]
+
+
+async def test_a_sent_batch_is_not_held_while_the_next_event_is_awaited(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Held until the next event came (a second or more), 600 viewers' batches, their runs and
+    # lists were alive at every young collection, for it to scan.
+    sent: list[object] = []
+    waiting = asyncio.Event()
+    resume = asyncio.Event()
+
+    async def follower() -> AsyncIterator[LogEvent]:
+        yield LogBatch([LogLine("worker-0", 0, 1.5, "line 0")])
+        waiting.set()
+        await resume.wait()
+
+    class Handler:
+        protocol = stream.V2_RUNS
+
+        async def write_message(self, message: bytes) -> None:
+            sent.append(message)
+
+    batches: list[weakref.ref[LogBatch]] = []
+    real = stream.encoded_frames
+
+    def recorded(batch: LogBatch, protocol: str = stream.V2_RUNS) -> list[bytes]:
+        batches.append(weakref.ref(batch))
+        return real(batch, protocol)
+
+    monkeypatch.setattr(stream, "encoded_frames", recorded)
+    handler: Any = Handler()
+    relay = asyncio.create_task(LogStreamHandler._relay(handler, follower(), None))
+    await waiting.wait()
+    assert sent and batches and batches[0]() is None
+    resume.set()
+    await relay

@@ -161,7 +161,9 @@ class ReplicaFeed:
             self._head += 1
             self._bytes -= _size(dropped)
             self.kept_from = dropped.seq + 1
-        if self._head > 64 and self._head * 4 > len(lines):
+        # Gone once they are half the list: a line every viewer took is freed within a few
+        # lines, not kept until 64 had gone (a young collection scanned 20k such at 1,200 pods).
+        if self._head and self._head * 2 >= len(lines):
             del lines[: self._head]
             self._head = 0
 
