@@ -675,9 +675,9 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
                 f"{len(full)} full, {max(heaps, default=0):,} objects after them at most"
             )
             for generation in (0, 1, 2):
-                pauses = sorted(p[1] for p in result.gc_pauses if p[0] == generation)
                 of_generation = [p for p in result.gc_pauses if p[0] == generation]
-                if pauses:
+                if of_generation:
+                    pauses = sorted(p[1] for p in of_generation)
                     worst = max(of_generation, key=lambda pause: pause[1])
                     scanned = "" if worst[5] is None else f", scanned {worst[5]}"
                     print(

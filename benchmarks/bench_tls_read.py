@@ -1,7 +1,7 @@
 """What a followed log line costs the server to read off its TLS connection, as asyncio reads
 it and as `share_tls_buffer` sets the connection up.
 
-    python benchmarks/bench_tls_read.py [--connections 100] [--interval 0.01] [--seconds 4]
+    python benchmarks/bench_tls_read.py [--connections 100] [--interval 0.05] [--seconds 4]
                                         [--rounds 3]
 
 A TLS server in a process of its own (aiohttp) writes one short line on each of

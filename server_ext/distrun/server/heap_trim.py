@@ -5,8 +5,9 @@ up at once): the C allocator's heap grows to hold those reads, and once they are
 it stays resident, in free chunks between the few blocks that live on, which the heap cannot
 shrink past. glibc's malloc_trim returns every whole free page inside the heap, not only its
 top: after 600 TLS connections each read a 1 MiB history, 0.34 MiB a connection
-(docs/performance.md). Nothing else returns them, so the server calls it now and then, on a worker thread: ctypes lets go of the GIL for
-the call, so the event loop keeps running (only a C allocation on the same heap waits for it).
+(docs/performance.md). Nothing else returns them, so the server calls it now and then, on a
+worker thread: ctypes lets go of the GIL for the call, so the event loop keeps running (only a
+C allocation on the same heap waits for it).
 """
 
 import asyncio

@@ -426,23 +426,24 @@ def share_tls_buffer(response: Any) -> None:
         getattr(protocol, "_transport", None), selector_transport
     ):
         return
-    shared = _loop_tls_buffer(ASYNCIO_TLS_READ)
+    # asyncio's own size (its class's: this protocol's max_size is lowered below).
+    shared = _loop_tls_buffer(type(protocol).max_size)
     if protocol._ssl_buffer is not shared.obj:
         protocol._ssl_buffer, protocol._ssl_buffer_view = shared.obj, shared
         protocol.buffer_updated = functools.partial(_buffer_updated_in_slices, protocol)
         # asyncio takes the decrypted bytes with SSLObject.read(max_size), which allocates
         # max_size before shrinking to what it got, twice a socket read (the last read finds
         # nothing). 256 KiB is past the size from which glibc maps a block on its own (held at
-        # 128 KiB by return_large_blocks), so each line read mapped and unmapped memory: 80 us
-        # a line against 8 (benchmarks/bench_tls_read.py). A read returns at most one record,
-        # so asking for more than a record's plaintext never reads more. The socket is still
-        # read into the whole shared buffer: get_buffer hands it out whatever max_size says.
+        # 128 KiB by return_large_blocks), so each line read mapped and unmapped memory (CPU a
+        # line read 170 us against 87-101 this way, benchmarks/bench_tls_read.py). A read
+        # returns at most one record, so asking for more than a record's plaintext never reads
+        # more. The socket is still read into the whole shared buffer: get_buffer hands it out
+        # whatever max_size says.
         protocol.max_size = TLS_RECORD_READ
 
 
 TLS_SLICE = 16 * 1024  # the TLS object is handed a socket read this much at a time
 TLS_RECORD_READ = 16 * 1024  # the most plaintext one TLS record carries (2^14 bytes)
-ASYNCIO_TLS_READ = 256 * 1024  # sslproto.SSLProtocol.max_size: the socket read size kept
 
 
 def _buffer_updated_in_slices(protocol: Any, nbytes: int) -> None:
