@@ -70,8 +70,8 @@ async def end_pods(
 ) -> None:
     """Has kwok end each replica's container with its exit code (default 0). A pod already
     gone is fine: once the job has ended, the operator deletes the pods still running
-    (cleanPodPolicy Running). Failing replicas end first: a PyTorchJob succeeds as soon as
-    its master does."""
+    (cleanPodPolicy Running). Failing replicas are patched first, which does not order what
+    the operator sees: a job meant to fail should end its failing replicas alone."""
     codes = {replica: (exits or {}).get(replica, "0") for replica in pods}
     for replica in sorted(pods, key=lambda name: codes[name] == "0"):
         await end_pod(core, namespace, pods[replica].metadata.name, codes[replica])
