@@ -481,8 +481,9 @@ def slow_callbacks(lag_file: Path, since: float, until: float) -> list[tuple[flo
 
 
 def server_with_probe(
-    kubeconfig: Path, work: Path, viewers: int, settings: dict[str, Any]
-) -> tuple[DistrunServer, Path]:
+    kubeconfig: Path, work: Path, viewers: int, settings: dict[str, Any],
+    engine_settings: dict[str, Any],
+) -> tuple[DistrunServer, Path]:  # fmt: skip
     """A distrun server with the event-loop probe of bench_soak.py loaded beside it."""
     probe_dir = work / f"probe-{len(list(work.iterdir()))}"
     probe_dir.mkdir()
@@ -491,8 +492,11 @@ def server_with_probe(
     os.environ["SOAK_LAG_FILE"] = str(lag_file)
     os.environ["PYTHONPATH"] = os.pathsep.join([str(probe_dir), os.environ["PYTHONPATH"]])
     extensions = {"distrun": True, "soak_lag_probe": True}
+    engines = engine_config(kubeconfig)
+    for engine in engines.values():
+        engine["kwargs"] = {**engine["kwargs"], **engine_settings}
     server = DistrunServer(
-        engine_config(kubeconfig),
+        engines,
         extra_config={
             "ServerApp": {"jpserver_extensions": extensions},
             # One user watches every job here: more websockets than one user may hold.
@@ -530,8 +534,10 @@ async def run_phases(
     quiet_rate = quiet.requests_per_minute
     results = [quiet]
     viewers = len(jobs.ids) * args.viewers
-    first, lag_file = server_with_probe(kubeconfig, work, viewers, args.server_config)
-    second, _ = server_with_probe(kubeconfig, work, viewers, args.server_config)
+    first, lag_file = server_with_probe(
+        kubeconfig, work, viewers, args.server_config, args.engine_config
+    )
+    second, _ = server_with_probe(kubeconfig, work, viewers, args.server_config, args.engine_config)
     await asyncio.to_thread(first.start)
     await asyncio.to_thread(second.start)
     try:
@@ -556,7 +562,7 @@ async def curve_step(
     work = Path(tempfile.mkdtemp(prefix="distrun-kube-soak-"))
     quiet = await phase("quiet", admin, args.phase_seconds, [], 0.0)
     server, lag_file = server_with_probe(
-        kubeconfig, work, len(jobs.ids) * args.viewers, args.server_config
+        kubeconfig, work, len(jobs.ids) * args.viewers, args.server_config, args.engine_config
     )
     await asyncio.to_thread(server.start)
     try:
@@ -752,7 +758,7 @@ async def soak(args: argparse.Namespace) -> int:
 def server_setting(text: str) -> tuple[str, Any]:
     name, equals, value = text.partition("=")
     if not equals:
-        raise argparse.ArgumentTypeError(f"--server-config {text!r}: write TRAIT=VALUE")
+        raise argparse.ArgumentTypeError(f"{text!r}: write NAME=VALUE")
     try:
         return name, json.loads(value)
     except ValueError:
@@ -787,8 +793,17 @@ def main() -> None:
         help="a DistrunApp setting for the servers measured, e.g. young_collection_threshold=5000 "
         "(VALUE read as JSON, else as a string); repeatable",
     )
+    parser.add_argument(
+        "--engine-config",
+        action="append",
+        default=[],
+        metavar="KWARG=VALUE",
+        help="a Kubernetes engine setting for the servers measured, e.g. log_http2=false "
+        "(VALUE read as JSON, else as a string); repeatable",
+    )
     args = parser.parse_args()
     args.server_config = dict(map(server_setting, args.server_config))
+    args.engine_config = dict(map(server_setting, args.engine_config))
     if args.quick:
         args.jobs, args.phase_seconds = 10, 20.0
     sys.exit(asyncio.run(soak(args)))

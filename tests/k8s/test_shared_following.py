@@ -94,6 +94,8 @@ async def test_viewers_of_a_job_share_one_log_stream_per_replica_and_one_watch_e
     )
     assert during.watches("pods") - before.watches("pods") == 1
     assert during.watches("pytorchjobs") - before.watches("pytorchjobs") == 1
+    # The replicas' streams share one HTTP/2 connection (h2_logs.py), not a connection each.
+    assert (await kubeflow.api()).log_connections() == (len(names),)
 
     viewers.append(asyncio.create_task(view(late, late.cursor())))
     write(logs, range(FIRST, TOTAL))

@@ -26,6 +26,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from distrun.core.errors import Conflict, DistrunError, EngineError, Forbidden, NotFound, SpecError
+from distrun.engines.kube.h2_logs import LogStreams, NoHttp2, endpoint_from, log_path
 
 Obj = dict[str, Any]
 _NOT_DNS_RE = re.compile(r"[^a-z0-9]+")
@@ -95,6 +96,13 @@ def api_error(error: Exception, what: str) -> DistrunError:
     return EngineError(f"cannot {what}: the Kubernetes API server is unreachable ({error})")
 
 
+def refusal(status: int, reason: str | None, body: bytes, what: str) -> DistrunError:
+    """The domain error for an answer outside 2xx, in the API's words from its body."""
+    failure = ApiException(status=status, reason=reason)
+    failure.body = body
+    return api_error(failure, what)
+
+
 def _api_message(error: ApiException) -> str:
     try:
         return str(json.loads(error.body or "")["message"])
@@ -140,15 +148,23 @@ class KubeApi:
     would hold every connection and leave the server's other calls waiting, as the API server
     itself keeps long-running requests apart from its in-flight limit."""
 
-    def __init__(self, api_client: Any, *, owns_client: bool = True) -> None:
+    def __init__(
+        self, api_client: Any, *, owns_client: bool = True, http2_logs: bool = True
+    ) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self._owns_client = owns_client
         # (core, custom) over the streaming client, made on first use: aiohttp needs the loop.
         self._streaming: tuple[Any, Any] | None = None
+        # Followed logs over HTTP/2 (h2_logs.py), made on first use; False once the API
+        # server turned HTTP/2 down (or `http2_logs` is off): logs go over HTTP/1.1 then.
+        self._log_streams: LogStreams | None | bool = None if http2_logs else False
 
     async def close(self) -> None:
+        if isinstance(self._log_streams, LogStreams):
+            await self._log_streams.close()
+            self._log_streams = None
         if self._streaming is not None:
             await self._streaming[0].api_client.close()
             self._streaming = None
@@ -298,16 +314,60 @@ class KubeApi:
         """The log response, read as it arrives (live with `follow`, else to its end): iterate
         it with `StreamedLines`. A slow reader holds the socket back, not the log in memory."""
         what = f"{'follow' if follow else 'read'} the log of pod {pod}"
-        method = self._apis(streaming=True)[0].read_namespaced_pod_log
-        kwargs = {"container": container, "timestamps": True, "follow": follow}
+        query = {"container": container, "timestamps": "true", "follow": str(follow).lower()}
         if previous:
-            kwargs["previous"] = True
-        response = await self._raw(what, method, pod, namespace, **kwargs)
-        bound_read_buffer(response.content, LOG_STREAM_BUFFER)
+            query["previous"] = "true"
+        response = await self._log_over_http2(what, log_path("", namespace, pod, query))
+        if response is None:
+            method = self._apis(streaming=True)[0].read_namespaced_pod_log
+            kwargs = {"container": container, "timestamps": True, "follow": follow}
+            if previous:
+                kwargs["previous"] = True
+            response = await self._raw(what, method, pod, namespace, **kwargs)
+            bound_read_buffer(response.content, LOG_STREAM_BUFFER)
         try:
             yield response
         finally:
             response.close()
+
+    def log_connections(self) -> tuple[int, ...]:
+        """The streams each HTTP/2 connection of followed logs carries (none over HTTP/1.1)."""
+        streams = self._log_streams
+        return streams.streams_per_connection() if isinstance(streams, LogStreams) else ()
+
+    async def _log_over_http2(self, what: str, path: str) -> Any:
+        """The response to GET `path` over a shared HTTP/2 connection; None where logs go over
+        HTTP/1.1 (HTTP/2 off, or the API server or the configuration does not allow it)."""
+        streams = self._log_streams
+        if streams is False:
+            return None
+        try:
+            if not isinstance(streams, LogStreams):
+                streams = self._log_streams = LogStreams(
+                    endpoint_from(self.api_client.configuration, self._request_headers),
+                    LOG_STREAM_BUFFER,
+                    share_transport_tls_buffer,
+                )
+            response = await streams.get(path)
+        except NoHttp2:
+            self._log_streams = False
+            return None
+        except (OSError, TimeoutError) as error:
+            raise api_error(error, what) from None
+        if 200 <= response.status < 300:
+            return response
+        try:
+            body = await response.read()
+        except OSError as error:
+            raise api_error(error, what) from None
+        raise refusal(response.status, response.reason, body, what)
+
+    async def _request_headers(self) -> dict[str, str]:
+        """What the API client sends with every request, credentials (refreshed) included."""
+        headers = {"accept": "*/*", "user-agent": self.api_client.user_agent}
+        headers.update(self.api_client.default_headers)
+        await self.api_client.update_params_for_auth(headers, [], ["BearerToken"])
+        return headers
 
     # --- plumbing ---
 
@@ -360,9 +420,7 @@ class KubeApi:
             response.release()
         except _CALL_ERRORS as error:
             raise api_error(error, what) from None
-        failure = ApiException(status=response.status, reason=response.reason)
-        failure.body = body.decode("utf-8", "replace")
-        raise api_error(failure, what)
+        raise refusal(response.status, response.reason, bytes(body), what)
 
     async def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Obj:
         response = await self._raw(what, method, *args, **kwargs)
@@ -415,7 +473,11 @@ def share_tls_buffer(response: Any) -> None:
     this: its attributes are set when they are there, on a selector transport only (elsewhere
     nothing changes)."""
     connection = getattr(response, "connection", None)
-    transport = getattr(connection, "transport", None)
+    share_transport_tls_buffer(getattr(connection, "transport", None))
+
+
+def share_transport_tls_buffer(transport: Any) -> None:
+    """share_tls_buffer for a TLS transport itself."""
     protocol: Any = getattr(transport, "_ssl_protocol", None)
     if protocol is None or not all(
         hasattr(protocol, name) for name in ("max_size", "_ssl_buffer", "_ssl_buffer_view")

@@ -176,6 +176,7 @@ class KubeEngine:
         log_anchor_seconds: float = AnchorPolicy.every_seconds,
         log_anchor_flush_seconds: float = AnchorPolicy.flush_seconds,
         log_claim_after: float = AnchorPolicy.claim_after,
+        log_http2: bool = True,
     ) -> None:
         """`namespace` is one namespace for everyone or a template such as
         "distrun-{username}"; `api_client` (a kubernetes_asyncio ApiClient) replaces
@@ -205,8 +206,11 @@ class KubeEngine:
             log_anchor_bytes, log_anchor_seconds, log_anchor_flush_seconds, log_claim_after
         )
         self._kubeconfig, self._context = kubeconfig, context
+        self._log_http2 = log_http2
         self._api: KubeApi | None = (
-            KubeApi(api_client, owns_client=False) if api_client is not None else None
+            KubeApi(api_client, owns_client=False, http2_logs=log_http2)
+            if api_client is not None
+            else None
         )
         self._api_lock = asyncio.Lock()
         self._feeds: dict[tuple[str, str], JobFeed] = {}  # by namespace and job id
@@ -730,7 +734,8 @@ class KubeEngine:
     async def api(self) -> KubeApi:
         async with self._api_lock:
             if self._api is None:
-                self._api = KubeApi(await new_api_client(self._kubeconfig, self._context))
+                api_client = await new_api_client(self._kubeconfig, self._context)
+                self._api = KubeApi(api_client, http2_logs=self._log_http2)
             return self._api
 
     def namespace_for(self, owner: str) -> str:

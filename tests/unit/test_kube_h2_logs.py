@@ -1,0 +1,253 @@
+"""Followed logs over HTTP/2 (engines/kube/h2_logs.py), against an HTTP/2 server over real TLS
+on loopback (the h2 library's server side): many streams share a few connections, each
+stream's lines arrive whole and in order, a reader that stops holds no more than its window,
+errors read as the API's, and an API server without HTTP/2 gets HTTP/1.1."""
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import pytest
+from aiohttp import web
+from kubernetes_asyncio import client
+
+from distrun.core.errors import NotFound
+from distrun.engines.kube.client import LOG_STREAM_BUFFER, KubeApi, StreamedLines
+from distrun.engines.kube.h2_logs import STREAMS_PER_CONNECTION
+
+from .test_kube_tls_buffer import self_signed
+
+TOKEN = "secret-token"
+Handler = Callable[["H2Server", int, dict[str, str]], Awaitable[None]]
+
+
+class H2Server(asyncio.Protocol):
+    """An HTTP/2 server connection: each request runs `handler(server, stream_id, headers)`."""
+
+    def __init__(self, handler: Handler, connections: list["H2Server"]) -> None:
+        self.h2 = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
+        )
+        self.handler = handler
+        self.window_opened = asyncio.Event()
+        self.reset: set[int] = set()
+        self.tasks: list[asyncio.Task[None]] = []
+        connections.append(self)
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        self.h2.initiate_connection()
+        self.flush()
+
+    def data_received(self, data: bytes) -> None:
+        for event in self.h2.receive_data(data):
+            if isinstance(event, h2.events.RequestReceived):
+                headers = dict(event.headers)
+                self.tasks.append(
+                    asyncio.ensure_future(self.handler(self, event.stream_id, headers))
+                )
+            elif isinstance(event, h2.events.WindowUpdated):
+                self.window_opened.set()
+            elif isinstance(event, h2.events.StreamReset):
+                self.reset.add(event.stream_id)
+                self.window_opened.set()
+        self.flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for task in self.tasks:
+            task.cancel()
+
+    def flush(self) -> None:
+        self.transport.write(self.h2.data_to_send())
+
+    def respond(self, stream_id: int, status: int = 200, end: bool = False) -> None:
+        self.h2.send_headers(stream_id, [(":status", str(status))], end_stream=end)
+        self.flush()
+
+    async def send(self, stream_id: int, data: bytes, end: bool = False) -> None:
+        """Sends `data` as the stream's flow control lets it."""
+        while data:
+            if stream_id in self.reset:
+                return
+            room = min(self.h2.local_flow_control_window(stream_id), len(data), 16384)
+            if room == 0:
+                self.window_opened.clear()
+                await self.window_opened.wait()
+                continue
+            self.h2.send_data(stream_id, data[:room])
+            data = data[room:]
+            self.flush()
+        if end:
+            self.h2.end_stream(stream_id)
+            self.flush()
+
+
+async def serve(tmp_path: Path, handler: Handler) -> tuple[Any, list[H2Server]]:
+    """An HTTP/2 server over TLS on loopback, and the connections it takes."""
+    context = self_signed(tmp_path)
+    context.set_alpn_protocols(["h2"])
+    connections: list[H2Server] = []
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lambda: H2Server(handler, connections), "127.0.0.1", 0, ssl=context
+    )
+    return server, connections
+
+
+def kube_api(tmp_path: Path, port: int) -> KubeApi:
+    configuration = client.Configuration(host=f"https://127.0.0.1:{port}")
+    configuration.ssl_ca_cert = str(tmp_path / "cert.pem")
+    configuration.tls_server_name = "localhost"
+    configuration.api_key = {"BearerToken": TOKEN}
+    configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    return KubeApi(client.ApiClient(configuration))
+
+
+async def lines_of(api: KubeApi, pod: str, count: int) -> list[bytes]:
+    got: list[bytes] = []
+    async with api.stream_log("ns", pod, "main") as response:
+        async for line in StreamedLines(response):
+            got.append(line)
+            if len(got) == count:
+                break
+    return got
+
+
+async def test_many_followed_logs_share_a_few_connections_each_line_whole_and_in_order(
+    tmp_path: Path,
+) -> None:
+    streams = STREAMS_PER_CONNECTION + 20
+    seen_paths: list[str] = []
+
+    async def log(server: H2Server, stream_id: int, headers: dict[str, str]) -> None:
+        assert headers["authorization"] == f"Bearer {TOKEN}"
+        seen_paths.append(headers[":path"])
+        pod = headers[":path"].split("/")[6]
+        server.respond(stream_id)
+        for index in range(20):
+            await server.send(stream_id, f"{pod} line {index}\n".encode())
+            await asyncio.sleep(0.001)
+
+    server, connections = await serve(tmp_path, log)
+    api = kube_api(tmp_path, server.sockets[0].getsockname()[1])
+    try:
+        results = await asyncio.gather(*(lines_of(api, f"pod-{n}", 20) for n in range(streams)))
+    finally:
+        await api.close()
+        server.close()
+    for n, lines in enumerate(results):
+        assert lines == [f"pod-{n} line {index}".encode() for index in range(20)]
+    assert len(connections) == 2
+    assert api._streaming is None  # no HTTP/1.1 connection was opened
+    assert "/api/v1/namespaces/ns/pods/pod-0/log?" in seen_paths[0]
+    assert "container=main" in seen_paths[0] and "follow=true" in seen_paths[0]
+
+
+async def test_a_reader_that_stops_holds_its_window_and_leaves_the_others_their_lines(
+    tmp_path: Path,
+) -> None:
+    sent: dict[str, int] = {}
+
+    async def log(server: H2Server, stream_id: int, headers: dict[str, str]) -> None:
+        pod = headers[":path"].split("/")[6]
+        server.respond(stream_id)
+        line = b"x" * 1023 + b"\n"
+        for _ in range(1024):  # 1 MiB
+            await server.send(stream_id, line)
+            sent[pod] = sent.get(pod, 0) + len(line)
+
+    server, connections = await serve(tmp_path, log)
+    api = kube_api(tmp_path, server.sockets[0].getsockname()[1])
+    try:
+        async with api.stream_log("ns", "stalled", "main") as stalled:
+            stalled_lines = StreamedLines(stalled)
+            first = await anext(aiter(stalled_lines))  # then it reads no more
+            assert first == b"x" * 1023
+            other = await lines_of(api, "reading", 1024)  # a whole MiB on the same connection
+            assert len(other) == 1024
+            await asyncio.sleep(0.2)
+            assert sent["stalled"] <= 2 * LOG_STREAM_BUFFER
+        await asyncio.sleep(0.1)
+        [connection] = connections
+        assert len(connection.reset) == 2  # both let go: the API server stops writing them
+    finally:
+        await api.close()
+        server.close()
+
+
+async def test_an_error_reads_as_the_api_servers_message(tmp_path: Path) -> None:
+    async def missing(server: H2Server, stream_id: int, headers: dict[str, str]) -> None:
+        server.respond(stream_id, 404)
+        body = {"kind": "Status", "message": 'pods "gone" not found', "code": 404}
+        await server.send(stream_id, json.dumps(body).encode(), end=True)
+
+    server, _ = await serve(tmp_path, missing)
+    api = kube_api(tmp_path, server.sockets[0].getsockname()[1])
+    try:
+        with pytest.raises(NotFound, match='cannot follow the log of pod gone: pods "gone" not'):
+            async with api.stream_log("ns", "gone", "main"):
+                pass
+    finally:
+        await api.close()
+        server.close()
+
+
+async def test_a_broken_connection_ends_the_read_with_a_connection_error(tmp_path: Path) -> None:
+    async def breaks(server: H2Server, stream_id: int, headers: dict[str, str]) -> None:
+        server.respond(stream_id)
+        await server.send(stream_id, b"one\n")
+        await asyncio.sleep(0.05)
+        server.transport.abort()
+
+    server, _ = await serve(tmp_path, breaks)
+    api = kube_api(tmp_path, server.sockets[0].getsockname()[1])
+    got: list[bytes] = []
+    try:
+        with pytest.raises(ConnectionError):
+            async with api.stream_log("ns", "pod", "main") as response:
+                async for line in StreamedLines(response):
+                    got.append(line)
+        assert got == [b"one"]
+        assert await lines_of(api, "pod", 1) == [b"one"]  # a new connection serves the next
+    finally:
+        await api.close()
+        server.close()
+
+
+async def test_an_api_server_without_http2_serves_the_log_over_http1(tmp_path: Path) -> None:
+    async def log(request: web.Request) -> web.StreamResponse:
+        assert request.headers["Authorization"] == f"Bearer {TOKEN}"
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await response.write(f"{request.match_info['pod']} over http/1.1\n".encode())
+        return response
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/{ns}/pods/{pod}/log", log)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    context = self_signed(tmp_path)
+    context.set_alpn_protocols(["http/1.1"])
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    api = kube_api(tmp_path, port)
+    try:
+        assert await lines_of(api, "p", 1) == [b"p over http/1.1"]
+        assert await lines_of(api, "q", 1) == [b"q over http/1.1"]
+        assert api._log_streams is False  # asked once, then HTTP/1.1 only
+    finally:
+        await api.close()
+        await runner.cleanup()
+
+
+async def test_logs_go_over_http1_when_http2_is_off(tmp_path: Path) -> None:
+    configuration = client.Configuration(host="https://127.0.0.1:1")
+    api = KubeApi(client.ApiClient(configuration), http2_logs=False)
+    assert await api._log_over_http2("follow", "/x") is None
+    await api.close()
