@@ -14,6 +14,7 @@ import h2.connection
 import h2.events
 import pytest
 from aiohttp import web
+from hyperframe.frame import GoAwayFrame
 from kubernetes_asyncio import client
 
 from distrun.core.errors import NotFound
@@ -251,3 +252,38 @@ async def test_logs_go_over_http1_when_http2_is_off(tmp_path: Path) -> None:
     api = KubeApi(client.ApiClient(configuration), http2_logs=False)
     assert await api._log_over_http2("follow", "/x") is None
     await api.close()
+
+
+async def test_a_connection_the_server_goes_away_from_breaks_its_streams_and_takes_no_more(
+    tmp_path: Path,
+) -> None:
+    """GOAWAY (an API server shutting down, or rebalancing with --goaway-chance): h2 takes no
+    frame after it, so the stream under way ends in a ConnectionError (a follower resumes
+    after its last line, as after any broken connection) and the next one opens on a new
+    connection."""
+    going: list[int] = []
+
+    async def log(server: H2Server, stream_id: int, headers: dict[str, str]) -> None:
+        server.respond(stream_id)
+        await server.send(stream_id, b"before\n")
+        if not going:
+            going.append(stream_id)
+            # Written past the server's h2, which would send no frame after its own GOAWAY.
+            server.transport.write(GoAwayFrame(0, last_stream_id=stream_id).serialize())
+            await asyncio.sleep(0.1)
+        await server.send(stream_id, b"after\n", end=True)
+
+    server, connections = await serve(tmp_path, log)
+    api = kube_api(tmp_path, server.sockets[0].getsockname()[1])
+    got: list[bytes] = []
+    try:
+        with pytest.raises(ConnectionError):
+            async with api.stream_log("ns", "pod", "main") as response:
+                async for line in StreamedLines(response):
+                    got.append(line)
+        assert got == [b"before"]
+        assert await asyncio.wait_for(lines_of(api, "pod", 2), 10) == [b"before", b"after"]
+        assert len(connections) == 2
+    finally:
+        await api.close()
+        server.close()

@@ -247,6 +247,8 @@ class _Connection(asyncio.Protocol):
             self._fail(ConnectionError(f"HTTP/2 protocol error from the API server: {error}"))
             return
         for event in events:
+            if self.lost.done():
+                return
             self._dispatch(event)
         self._flush()
 
@@ -254,7 +256,10 @@ class _Connection(asyncio.Protocol):
         stream = self._streams.get(getattr(event, "stream_id", 0) or 0)
         if isinstance(event, h2.events.DataReceived):
             if stream is None:  # a stream already let go: give its bytes back to the window
-                self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                with contextlib.suppress(h2.exceptions.H2Error):
+                    self._h2.acknowledge_received_data(
+                        event.flow_controlled_length, event.stream_id
+                    )
             else:
                 stream._data(event.data, event.flow_controlled_length)
         elif isinstance(event, h2.events.ResponseReceived) and stream is not None:
@@ -268,11 +273,9 @@ class _Connection(asyncio.Protocol):
             )
             self._forget(event.stream_id)
         elif isinstance(event, h2.events.ConnectionTerminated):
-            self._closing = True  # GOAWAY: streams above its last go unanswered
-            last = event.last_stream_id or 0
-            for stream_id in [s for s in self._streams if s > last]:
-                self._streams[stream_id]._end(ConnectionResetError("the API server went away"))
-                self._forget(stream_id)
+            # GOAWAY. h2 takes no frame after it, so every stream here breaks off: its
+            # follower resumes after its last line, as after any broken connection.
+            self._fail(ConnectionResetError(f"the API server went away ({event.error_code!r})"))
 
     def acknowledge(self, stream_id: int, flow: int) -> None:
         if flow and self.usable:
