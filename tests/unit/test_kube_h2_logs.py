@@ -287,3 +287,23 @@ async def test_a_connection_the_server_goes_away_from_breaks_its_streams_and_tak
     finally:
         await api.close()
         server.close()
+
+
+async def test_streams_that_end_give_their_bytes_back_to_the_connection(tmp_path: Path) -> None:
+    """Each stream's last bytes are given back to the connection's window too: 700 logs of
+    12 KiB, one after the other on one connection, are twice what its window holds."""
+
+    async def log(server: H2Server, stream_id: int, headers: dict[str, str]) -> None:
+        server.respond(stream_id)
+        await server.send(stream_id, b"x" * (12 * 1024 - 1) + b"\n", end=True)
+
+    server, connections = await serve(tmp_path, log)
+    api = kube_api(tmp_path, server.sockets[0].getsockname()[1])
+    try:
+        for n in range(700):
+            [line] = await asyncio.wait_for(lines_of(api, f"pod-{n}", 1), 10)
+            assert len(line) == 12 * 1024 - 1
+        assert len(connections) == 1
+    finally:
+        await api.close()
+        server.close()

@@ -137,10 +137,20 @@ class Response:
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.iter_any()])
 
+    async def started(self) -> None:
+        """Returns once the response's headers came; raises ConnectionError if it broke off."""
+        await self._headers
+
     def close(self) -> None:
         if not self._ended and self._error is None:
             self._connection.cancel(self.stream_id)
         self._end(None)
+        # What it was sent and never gave back is the connection's window too: without this,
+        # each stream that ends would leave the connection that much less, until it stalled.
+        untaken = self._taken + sum(flow for _, flow in self._chunks)
+        self._chunks.clear()
+        self._taken = 0
+        self._connection.acknowledge(self.stream_id, untaken)
 
     release = close
 
@@ -361,7 +371,7 @@ class LogStreams:
             self._endpoint.base_path + path, self._endpoint.authority, headers
         )
         try:
-            await response._headers
+            await response.started()
         except BaseException:
             response.close()
             raise
