@@ -611,7 +611,15 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
         # kwok reads logs with the kubelet's own code, an inotify instance per followed log:
         # past this limit (128 by default) follows fail at once and are made again, as on a
         # real node.
-        print(f"\nfs.inotify.max_user_instances here: {INOTIFY_INSTANCES.read_text().strip()}")
+        limit = int(INOTIFY_INSTANCES.read_text())
+        print(f"\nfs.inotify.max_user_instances here: {limit}")
+        most = max(result.pods for result in results)
+        if limit < most:
+            print(
+                f"  below the {most} pods followed: kwok's follows past it fail and are made "
+                "again (a request storm of the cluster's, not distrun's); raise it with "
+                f"`sysctl -w fs.inotify.max_user_instances={2 * most}`"
+            )
     print(
         f"\n{args.replicas} replicas a job, {args.rate} lines/s each "
         f"({'every job at the same moment' if args.in_step else 'each job at its own moment'}), "
