@@ -109,6 +109,16 @@ def kube_api(tmp_path: Path, port: int) -> KubeApi:
     return KubeApi(client.ApiClient(configuration))
 
 
+async def lines_until_broken(api: KubeApi, pod: str) -> list[bytes]:
+    """The lines of `pod`'s log read until the read breaks off with a ConnectionError."""
+    got: list[bytes] = []
+    with pytest.raises(ConnectionError):
+        async with api.stream_log("ns", pod, "main") as response:
+            async for line in StreamedLines(response):
+                got.append(line)
+    return got
+
+
 async def lines_of(api: KubeApi, pod: str, count: int) -> list[bytes]:
     got: list[bytes] = []
     async with api.stream_log("ns", pod, "main") as response:
@@ -207,12 +217,8 @@ async def test_a_broken_connection_ends_the_read_with_a_connection_error(tmp_pat
 
     server, _ = await serve(tmp_path, breaks)
     api = kube_api(tmp_path, server.sockets[0].getsockname()[1])
-    got: list[bytes] = []
     try:
-        with pytest.raises(ConnectionError):
-            async with api.stream_log("ns", "pod", "main") as response:
-                async for line in StreamedLines(response):
-                    got.append(line)
+        got = await lines_until_broken(api, "pod")
         assert got == [b"one"]
         assert await lines_of(api, "pod", 1) == [b"one"]  # a new connection serves the next
     finally:
@@ -275,12 +281,8 @@ async def test_a_connection_the_server_goes_away_from_breaks_its_streams_and_tak
 
     server, connections = await serve(tmp_path, log)
     api = kube_api(tmp_path, server.sockets[0].getsockname()[1])
-    got: list[bytes] = []
     try:
-        with pytest.raises(ConnectionError):
-            async with api.stream_log("ns", "pod", "main") as response:
-                async for line in StreamedLines(response):
-                    got.append(line)
+        got = await lines_until_broken(api, "pod")
         assert got == [b"before"]
         assert await asyncio.wait_for(lines_of(api, "pod", 2), 10) == [b"before", b"after"]
         assert len(connections) == 2
