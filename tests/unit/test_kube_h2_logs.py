@@ -19,7 +19,7 @@ from kubernetes_asyncio import client
 
 from distrun.core.errors import NotFound
 from distrun.engines.kube.client import LOG_STREAM_BUFFER, KubeApi, StreamedLines
-from distrun.engines.kube.h2_logs import STREAMS_PER_CONNECTION
+from distrun.engines.kube.h2_logs import READ_SLICE, STREAMS_PER_CONNECTION
 
 from .test_kube_tls_buffer import self_signed
 
@@ -309,3 +309,59 @@ async def test_streams_that_end_give_their_bytes_back_to_the_connection(tmp_path
     finally:
         await api.close()
         server.close()
+
+
+async def test_a_burst_of_every_streams_lines_reaches_h2_a_slice_at_a_time_the_loop_between(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """40 streams write 8 KiB each at the same moment (320 KiB on one connection, as after a
+    pause of the loop): h2 is handed at most READ_SLICE bytes a loop iteration, so the loop's
+    other callbacks and timers run between any two slices; every line still arrives whole and
+    in order."""
+    pods = [f"pod-{n}" for n in range(40)]
+    opened: set[str] = set()
+    all_open = asyncio.Event()
+
+    async def log(server: H2Server, stream_id: int, headers: dict[str, str]) -> None:
+        pod = headers[":path"].split("/")[6]
+        server.respond(stream_id)
+        opened.add(pod)
+        if len(opened) == len(pods):
+            all_open.set()
+        await all_open.wait()
+        lines = (f"{pod} {i:04} ".encode() * 100 + b"\n" for i in range(8))
+        await server.send(stream_id, b"".join(lines))
+
+    loop = asyncio.get_running_loop()
+    iterations = 0
+
+    def tick() -> None:  # one call a loop iteration
+        nonlocal iterations, ticker
+        iterations += 1
+        ticker = loop.call_soon(tick)
+
+    ticker = loop.call_soon(tick)
+    handed: list[tuple[int, int]] = []  # (bytes, the iteration they were handed in)
+    receive = h2.connection.H2Connection.receive_data
+
+    def recording(self: h2.connection.H2Connection, data: bytes) -> Any:
+        if self.config.client_side:
+            handed.append((len(data), iterations))
+        return receive(self, data)
+
+    monkeypatch.setattr(h2.connection.H2Connection, "receive_data", recording)
+    server, connections = await serve(tmp_path, log)
+    api = kube_api(tmp_path, server.sockets[0].getsockname()[1])
+    try:
+        results = await asyncio.gather(*(lines_of(api, pod, 8) for pod in pods))
+    finally:
+        ticker.cancel()
+        await api.close()
+        server.close()
+    for pod, lines in zip(pods, results, strict=True):
+        assert lines == [f"{pod} {i:04} ".encode() * 100 for i in range(8)]
+    assert len(connections) == 1
+    assert sum(size for size, _ in handed) > 320 * 1024
+    assert max(size for size, _ in handed) <= READ_SLICE
+    iterations_handed = [iteration for _, iteration in handed]
+    assert len(set(iterations_handed)) == len(iterations_handed), "two slices in one iteration"
