@@ -36,6 +36,7 @@ POLICY = {
     "log_anchor_seconds": 0.2,
     "log_anchor_flush_seconds": 1.0,
     "log_claim_after": 2.0,
+    "log_rotation_bytes": 0,  # the tests rotate files of any size
 }
 CLAIM_GAP = 2048 // 22 + 1  # AnchorPolicy.claim_gap of POLICY
 

@@ -2,6 +2,9 @@
 when a follower leaves one, and how a job's anchors are kept. tests/k8s/test_log_rotation.py
 rotates real log files under the kubelet's log reader."""
 
+import itertools
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -87,7 +90,7 @@ def test_lines_with_the_same_time_and_text_are_told_apart_by_their_place_in_the_
 
 
 def test_a_follower_anchors_its_first_line_then_every_so_many_bytes_or_seconds() -> None:
-    policy = AnchorPolicy(every_bytes=100, every_seconds=5.0)
+    policy = AnchorPolicy(every_bytes=100, every_seconds=5.0, rotation_bytes=0)
     placer = AnchorPlacer(policy, start=7)
     lines = log_lines(40)  # 35 bytes each, with its newline
     placed = [placer.read(raw, now=0.0) for raw in lines[:10]]
@@ -123,3 +126,24 @@ def test_the_book_keeps_two_instances_a_replica_and_survives_json_and_garbage() 
     assert read_book('{"worker-0": {"uid:0": [[1, 2, 3]], "x": "y"}}') == {
         "worker-0": {"uid:0": []}
     }
+
+
+def test_anchors_by_the_clock_wait_until_the_file_may_have_been_rotated() -> None:
+    """A stream's file rotates only once it holds rotation_bytes: before the stream has read
+    half of it (counting a runtime's prefix high), a minute of quiet lines leaves no anchor."""
+    policy = AnchorPolicy(every_bytes=1 << 20, every_seconds=5.0, rotation_bytes=128 * 1024)
+    placer = AnchorPlacer(policy, start=0)
+    lines = log_lines(1000)
+    first = placer.read(lines[0], now=0.0)
+    assert first is not None and first.index == 0
+    placed = [placer.read(raw, now=float(i)) for i, raw in enumerate(lines[1:500], 1)]
+    assert not any(placed) and not placer.may_have_rotated  # 500 lines: ~48 KiB in the file
+    placed = [placer.read(raw, now=float(i)) for i, raw in enumerate(lines[500:], 500)]
+    assert placer.may_have_rotated
+    times = [a.index for a in placed if a]
+    assert times and all(b - a == 5 for a, b in itertools.pairwise(times))
+
+
+def test_a_rotation_size_below_zero_is_refused_in_words() -> None:
+    with pytest.raises(ValueError, match="containerLogMaxSize"):
+        AnchorPolicy(rotation_bytes=-1)

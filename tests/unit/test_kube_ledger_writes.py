@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 
 from distrun.core.errors import Conflict
-from distrun.engines.kube.anchors import Anchor, AnchorPolicy
+from distrun.engines.kube.anchors import ANCHORS_KEPT, Anchor, AnchorPolicy
 from distrun.engines.kube.client import KubeApi, Resource
 from distrun.engines.kube.logs import LedgerStore
 
@@ -134,3 +134,27 @@ async def test_loads_asked_for_together_share_one_read_and_a_later_one_reads_aga
     await ledger.load()
     assert fake.calls == ["GET", "GET"]
     assert ledger._held is not None and ledger._held["metadata"]["annotations"] == {"a": "2"}
+
+
+async def test_an_anchor_the_book_has_or_would_drop_is_not_written_again() -> None:
+    """A follower that starts again anchors its file's first line again (each viewer that
+    comes after the last one left starts the job's followers: 150 writes for 150 jobs)."""
+    fake = FakeConfigMaps()
+    first = store(fake)
+    await first.load()
+    for index in range(ANCHORS_KEPT + 1):
+        first.leave_anchor("worker-0", "pod/uid/0", anchor(index))
+    first.leave_anchor("worker-1", "pod/uid/0", anchor(0))
+    await first.write_anchors()
+    again = store(fake)
+    await again.load()
+    fake.calls.clear()
+    again.leave_anchor("worker-1", "pod/uid/0", anchor(0))  # the book has it
+    again.leave_anchor("worker-0", "pod/uid/0", anchor(0))  # older than the 16 it keeps
+    assert again._flush is None
+    await again.write_anchors()
+    assert fake.calls == []
+    again.leave_anchor("worker-1", "pod/uid/0", anchor(1))  # a new one is written
+    await again.write_anchors()
+    assert fake.calls == ["PUT"]
+    assert again.anchors_of("worker-1", "pod/uid/0") == [anchor(0), anchor(1)]

@@ -7,8 +7,16 @@ came before. So live followers leave anchors: for a line they have just read, it
 instance's log and what identifies that line in anyone's copy of the file (the runtime's
 timestamp as the API writes it, how many lines just before it carry the same timestamp, a
 checksum of its bytes). A follower anchors the first line it reads of an instance, then a line
-every `every_bytes` of log or `every_seconds`, whichever comes first. A reader finds where the
-current file starts by the first anchor in it, counting the lines before it backwards.
+every `every_bytes` of log, and, once the file it reads may have been rotated, every
+`every_seconds` too. A reader finds where the current file starts by the first anchor in it,
+counting the lines before it backwards.
+
+A follower's stream starts at the current file's first line, so it knows how much of that
+file it has read; the kubelet rotates a file only once it holds `rotation_bytes`
+(containerLogMaxSize). Until the stream has read half that (counting more per line than a
+runtime's own prefix), no rotation can have come between its anchors: the file it reads is
+the one its first anchor numbers, and anchors by the clock would only cost the API server a
+write per job and minute (150 jobs, 150 writes a minute) for files that never rotate.
 
 A file with no anchor in it:
 - the instance has no anchor at all: nobody has numbered it, so it is numbered from 0 (the
@@ -42,16 +50,27 @@ LineKey = tuple[str, int, int]  # timestamp, lines just before with the same one
 AnchorBook = dict[str, dict[str, list["Anchor"]]]
 
 
+# What a runtime's log file holds for a line beyond what the log API sends, counted high: CRI's
+# " stdout F " is 9 bytes, Docker's JSON wrapping some 40 plus escapes.
+FILE_BYTES_A_LINE = 64
+
+
 @dataclass(frozen=True)
 class AnchorPolicy:
     every_bytes: int = 1 << 20
-    every_seconds: float = 30.0
+    every_seconds: float = 30.0  # once the file may have been rotated
     # A job's new anchors are written together, at most this often: one write per job and
     # minute, however many replicas (150 jobs x 8 replicas: 150 writes/min, not 400-700).
     flush_seconds: float = 60.0
     claim_after: float = 120.0  # more than every_seconds and flush_seconds together
+    rotation_bytes: int = 10 << 20  # the kubelet's containerLogMaxSize (its default)
 
     def __post_init__(self) -> None:
+        if self.rotation_bytes < 0:
+            raise ValueError(
+                f"log_rotation_bytes ({self.rotation_bytes}) must be the kubelet's"
+                " containerLogMaxSize in bytes, or 0 when files may rotate at any size"
+            )
         if self.claim_after <= self.every_seconds + self.flush_seconds:
             raise ValueError(
                 f"log_claim_after ({self.claim_after:g} s) must be more than log_anchor_seconds"
@@ -153,6 +172,7 @@ class AnchorPlacer:
         self._keys = LineKeys()
         self._index = start
         self._bytes = 0
+        self._file_bytes = 0  # of the file, as much as it can hold for the lines read
         self._at: float | None = None  # when the last anchor was left; None: none yet
 
     def read(self, raw: bytes, now: float) -> Anchor | None:
@@ -161,15 +181,21 @@ class AnchorPlacer:
         index = self._index
         self._index += 1
         self._bytes += len(raw) + 1
+        self._file_bytes += len(raw) + FILE_BYTES_A_LINE
         due = (
             self._at is None
             or self._bytes >= self.policy.every_bytes
-            or now - self._at >= self.policy.every_seconds
+            or (now - self._at >= self.policy.every_seconds and self.may_have_rotated)
         )
         if not due:
             return None
         self._at, self._bytes = now, 0
         return Anchor(index, key)
+
+    @property
+    def may_have_rotated(self) -> bool:
+        """Whether the kubelet may have rotated the file since this stream's first line."""
+        return self._file_bytes >= self.policy.rotation_bytes // 2
 
 
 def newest_index(anchors: list[Anchor]) -> int:

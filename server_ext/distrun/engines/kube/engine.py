@@ -176,6 +176,7 @@ class KubeEngine:
         log_anchor_seconds: float = AnchorPolicy.every_seconds,
         log_anchor_flush_seconds: float = AnchorPolicy.flush_seconds,
         log_claim_after: float = AnchorPolicy.claim_after,
+        log_rotation_bytes: int = AnchorPolicy.rotation_bytes,
         log_http2: bool = True,
     ) -> None:
         """`namespace` is one namespace for everyone or a template such as
@@ -203,7 +204,11 @@ class KubeEngine:
         )
         self.limits = limits or Limits()
         self.anchor_policy = AnchorPolicy(
-            log_anchor_bytes, log_anchor_seconds, log_anchor_flush_seconds, log_claim_after
+            log_anchor_bytes,
+            log_anchor_seconds,
+            log_anchor_flush_seconds,
+            log_claim_after,
+            log_rotation_bytes,
         )
         self._kubeconfig, self._context = kubeconfig, context
         self._log_http2 = log_http2

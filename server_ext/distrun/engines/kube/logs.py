@@ -34,6 +34,7 @@ from distrun.core.logs import PARTIAL_MAX_CHARS, LogLine
 from distrun.core.terminal import last_redraws, visible_line
 from distrun.engines.kube.anchors import (
     ANCHORS_ANNOTATION,
+    ANCHORS_KEPT,
     Anchor,
     AnchorBook,
     AnchorPlacer,
@@ -305,7 +306,12 @@ class LedgerStore:
         await self._update(change, "record the replicas' restarts")
 
     def leave_anchor(self, replica: str, key: str, anchor: Anchor) -> None:
-        """Keep `anchor` (seen here at once) and write it soon."""
+        """Keep `anchor` (seen here at once) and write it soon, unless the book has it, or
+        would drop it as older than all it keeps (a follower that starts again anchors a
+        file's first line again: no write for every follower's start)."""
+        known = self.anchors_of(replica, key)
+        if anchor in known or _older_than_kept(anchor, known):
+            return
         add_to_book(self.anchors, replica, key, [anchor])
         self._unwritten.setdefault((replica, key), []).append(anchor)
         if self._flush is None:
@@ -375,6 +381,16 @@ class LedgerStore:
                     return
             self._take(configmap)
             return
+
+
+def _older_than_kept(anchor: Anchor, known: list[Anchor]) -> bool:
+    """Whether adding `anchor` to an instance's `known` anchors would keep them as they are
+    (claims aside: an own anchor can replace a claim with a higher index)."""
+    return (
+        len(known) >= ANCHORS_KEPT
+        and anchor.index < known[0].index
+        and not any(a.claimed for a in known)
+    )
 
 
 # --- reading ------------------------------------------------------------------------------
