@@ -291,6 +291,25 @@ async def test_lines_within_the_wake_interval_wake_the_viewers_at_its_end(
     assert not changed.next().is_set()
 
 
+async def test_lines_of_many_jobs_at_once_wake_their_viewers_a_few_jobs_a_loop_iteration() -> None:
+    """After a pause, lines of every job come at once: their viewers are woken
+    WAKES_PER_ITERATION jobs an iteration, so the loop's timers and sockets come between."""
+    broadcasts = [Broadcast() for _ in range(5 * feeds.WAKES_PER_ITERATION + 3)]
+    woken = [b.next() for b in broadcasts]
+    for broadcast in broadcasts:
+        broadcast.set_soon()
+        broadcast.set_soon()  # a second line before its turn: still one wake
+    counts = [sum(event.is_set() for event in woken)]
+    while counts[-1] < len(broadcasts):
+        await asyncio.sleep(0)  # one loop iteration
+        counts.append(sum(event.is_set() for event in woken))
+        assert len(counts) < 20
+    steps = [b - a for a, b in zip([0, *counts], counts, strict=False)]
+    assert steps[0] == feeds.WAKES_PER_ITERATION
+    assert max(steps) <= feeds.WAKES_PER_ITERATION and len(steps) >= 6
+    assert [b.next().is_set() for b in broadcasts] == [False] * len(broadcasts)
+
+
 async def test_a_running_jobs_feed_does_not_ask_why_it_waits() -> None:
     """The pending job's reason is polled every few seconds; a running job's feed skips the
     poll's whole work (describing the job again: 3 % of a server following 150 jobs)."""

@@ -16,11 +16,13 @@ when its last viewer goes; a namespace's watches end with the last feed there.
 
 import asyncio
 import bisect
+import collections
 import contextlib
 import copy
 import logging
 import random
 import sys
+import weakref
 from collections.abc import AsyncIterator
 from typing import Protocol
 
@@ -46,6 +48,9 @@ RECHECK_SECONDS = 5.0  # a viewer looks again at least this often, changed or no
 # A job's viewers are woken for new lines at most this often (the first line after a quiet
 # spell at once): at 1,200 followed replicas, a wake per line was most of the server's work.
 LINES_WAKE_SECONDS = 0.025
+# Jobs whose viewers are woken for lines in one loop iteration (WakePacer): 4 viewers a job,
+# some 0.3 ms a viewer's step on a loaded machine, ~20 ms an iteration.
+WAKES_PER_ITERATION = 16
 
 
 class JobSource(Protocol):
@@ -82,6 +87,7 @@ class Broadcast:
         self._event = asyncio.Event()
         self._last = -LINES_WAKE_SECONDS  # loop time of the last wake
         self._timer: asyncio.TimerHandle | None = None
+        self.paced = False  # waiting its turn in the loop's WakePacer
 
     def set(self) -> None:
         if self._timer is not None:
@@ -92,19 +98,76 @@ class Broadcast:
         self._event = asyncio.Event()
 
     def set_soon(self) -> None:
-        """As `set`, at once after a quiet LINES_WAKE_SECONDS, else at its end: the lines a
-        job's replicas print together reach each viewer together, not a wake a line."""
-        if self._timer is not None:
+        """As `set`, at once after a quiet LINES_WAKE_SECONDS, else at its end, and in either
+        case in the loop's WakePacer's turn: the lines a job's replicas print together reach
+        each viewer together, not a wake a line."""
+        if self._timer is not None or self.paced:
             return
         loop = asyncio.get_running_loop()
         due = self._last + LINES_WAKE_SECONDS
         if loop.time() >= due:
-            self.set()
+            _pacer(loop).wake(self)
         else:
-            self._timer = loop.call_at(due, self.set)
+            self._timer = loop.call_at(due, self._due)
 
     def next(self) -> asyncio.Event:
         return self._event
+
+    def _due(self) -> None:
+        self._timer = None
+        _pacer(asyncio.get_running_loop()).wake(self)
+
+
+class WakePacer:
+    """Sets at most WAKES_PER_ITERATION broadcasts a loop iteration, the rest in the next ones.
+
+    asyncio runs every callback that is ready before it looks at its timers and sockets again.
+    After any pause (a collection, the OS running others) lines of many jobs come at once, and
+    woken together, their viewers were one iteration of 600 steps (0.2 s at 1,200 pods, with
+    every timer waiting behind it: docs/performance.md). Taken a few jobs an iteration, the same
+    work leaves the loop in between."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._waiting: collections.deque[Broadcast] = collections.deque()
+        self._budget = WAKES_PER_ITERATION
+        self._next: asyncio.Handle | None = None
+
+    def wake(self, broadcast: Broadcast) -> None:
+        if self._budget > 0 and not self._waiting:
+            self._budget -= 1
+            broadcast.set()
+        else:
+            broadcast.paced = True
+            self._waiting.append(broadcast)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._next is None:
+            self._next = self._loop.call_soon(self._iteration)
+
+    def _iteration(self) -> None:
+        self._next = None
+        self._budget = WAKES_PER_ITERATION
+        while self._waiting and self._budget > 0:
+            self._budget -= 1
+            broadcast = self._waiting.popleft()
+            broadcast.paced = False
+            broadcast.set()
+        if self._waiting or self._budget < WAKES_PER_ITERATION:
+            self._schedule()  # the budget comes back next iteration
+
+
+_PACERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WakePacer]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _pacer(loop: asyncio.AbstractEventLoop) -> WakePacer:
+    pacer = _PACERS.get(loop)
+    if pacer is None:
+        pacer = _PACERS[loop] = WakePacer(loop)
+    return pacer
 
 
 def _size(line: LogLine) -> int:
