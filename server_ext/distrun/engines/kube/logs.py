@@ -232,6 +232,9 @@ def current_instance(replica: str, pod: dict[str, Any], container: str) -> Insta
 # --- the ledger in the API server ----------------------------------------------------------
 
 
+FIRST_ANCHOR_FLUSH_SECONDS = 5.0
+
+
 class LedgerStore:
     """The job ConfigMap's ledger and anchors (anchors.py), read and written with optimistic
     concurrency. Anchors a follower leaves are seen at once in this process and written at
@@ -247,6 +250,7 @@ class LedgerStore:
         self.restarts: RestartBook = {}  # restart_ledger.py
         self._unwritten: dict[tuple[str, str], list[Anchor]] = {}
         self._flush: asyncio.Task[None] | None = None
+        self._flush_due = 0.0  # loop time
         self._held: dict[str, Any] | None = None  # the ConfigMap as last read or written here
         self._loading: asyncio.Future[None] | None = None  # the read in flight
 
@@ -314,11 +318,21 @@ class LedgerStore:
             return
         add_to_book(self.anchors, replica, key, [anchor])
         self._unwritten.setdefault((replica, key), []).append(anchor)
-        if self._flush is None:
-            self._flush = asyncio.create_task(self._flush_later())
+        # An instance's first anchor goes out soon: until it is written, a reader elsewhere
+        # numbers the instance from 0, which a rotation meanwhile would make wrong. (A job's
+        # replicas start together: their first anchors still make one write.)
+        delay = FIRST_ANCHOR_FLUSH_SECONDS if not known else self.policy.flush_seconds
+        delay = min(delay, self.policy.flush_seconds)
+        due = asyncio.get_running_loop().time() + delay
+        if self._flush is not None and self._flush_due <= due:
+            return
+        if self._flush is not None:
+            self._flush.cancel()
+        self._flush_due = due
+        self._flush = asyncio.create_task(self._flush_later(delay))
 
-    async def _flush_later(self) -> None:
-        await asyncio.sleep(self.policy.flush_seconds)
+    async def _flush_later(self, delay: float) -> None:
+        await asyncio.sleep(delay)
         self._flush = None
         await self.write_anchors()
 
