@@ -38,7 +38,7 @@ STREAMS_PER_CONNECTION = 100
 # the last (a hundred streams' after a pause of the loop), and h2 is pure Python, ~25 us a
 # frame. Between slices the loop runs its other callbacks and timers; the transport is paused
 # meanwhile, so the socket's bytes wait in the kernel.
-READ_SLICE = 8 * 1024
+READ_SLICE = 16 * 1024
 IDLE_SECONDS = 30.0  # a connection left without streams closes after this
 CONNECT_SECONDS = 30.0
 
