@@ -321,12 +321,15 @@ class LedgerStore:
         # An instance's first anchor goes out soon: until it is written, a reader elsewhere
         # numbers the instance from 0, which a rotation meanwhile would make wrong. (A job's
         # replicas start together: their first anchors still make one write.)
-        delay = FIRST_ANCHOR_FLUSH_SECONDS if not known else self.policy.flush_seconds
-        delay = min(delay, self.policy.flush_seconds)
+        flush = self.policy.flush_seconds
+        self._flush_within(flush if known else min(FIRST_ANCHOR_FLUSH_SECONDS, flush))
+
+    def _flush_within(self, delay: float) -> None:
+        """Write the unwritten anchors in `delay` seconds, or sooner if a write is due sooner."""
         due = asyncio.get_running_loop().time() + delay
-        if self._flush is not None and self._flush_due <= due:
-            return
         if self._flush is not None:
+            if self._flush_due <= due:
+                return
             self._flush.cancel()
         self._flush_due = due
         self._flush = asyncio.create_task(self._flush_later(delay))
