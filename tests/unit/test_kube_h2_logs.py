@@ -4,6 +4,7 @@ stream's lines arrive whole and in order, a reader that stops holds no more than
 errors read as the API's, and an API server without HTTP/2 gets HTTP/1.1."""
 
 import asyncio
+import collections
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from hyperframe.frame import GoAwayFrame
 from kubernetes_asyncio import client
 
 from distrun.core.errors import NotFound
+from distrun.engines.kube import h2_logs
 from distrun.engines.kube.client import LOG_STREAM_BUFFER, KubeApi, StreamedLines
 from distrun.engines.kube.h2_logs import READ_SLICE, STREAMS_PER_CONNECTION
 
@@ -311,13 +313,12 @@ async def test_streams_that_end_give_their_bytes_back_to_the_connection(tmp_path
         server.close()
 
 
-async def test_a_burst_of_every_streams_lines_reaches_h2_a_slice_at_a_time_the_loop_between(
+async def _burst_of_40_streams(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """40 streams write 8 KiB each at the same moment (320 KiB on one connection, as after a
-    pause of the loop): h2 is handed at most READ_SLICE bytes a loop iteration, so the loop's
-    other callbacks and timers run between any two slices; every line still arrives whole and
-    in order."""
+) -> tuple[int, list[tuple[int, int]]]:
+    """40 streams write 8 KiB each at the same moment (320 KiB, as after a pause of the
+    loop), every line checked to arrive whole and in order; the connections opened, and what
+    h2 was handed: (bytes, the loop iteration they were handed in), each time."""
     pods = [f"pod-{n}" for n in range(40)]
     opened: set[str] = set()
     all_open = asyncio.Event()
@@ -341,7 +342,7 @@ async def test_a_burst_of_every_streams_lines_reaches_h2_a_slice_at_a_time_the_l
         ticker = loop.call_soon(tick)
 
     ticker = loop.call_soon(tick)
-    handed: list[tuple[int, int]] = []  # (bytes, the iteration they were handed in)
+    handed: list[tuple[int, int]] = []
     receive = h2.connection.H2Connection.receive_data
 
     def recording(self: h2.connection.H2Connection, data: bytes) -> Any:
@@ -360,8 +361,31 @@ async def test_a_burst_of_every_streams_lines_reaches_h2_a_slice_at_a_time_the_l
         server.close()
     for pod, lines in zip(pods, results, strict=True):
         assert lines == [f"{pod} {i:04} ".encode() * 100 for i in range(8)]
-    assert len(connections) == 1
     assert sum(size for size, _ in handed) > 320 * 1024
+    return len(connections), handed
+
+
+async def test_a_burst_of_every_streams_lines_reaches_h2_a_slice_at_a_time_the_loop_between(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """h2 is handed at most READ_SLICE bytes a loop iteration, so the loop's other callbacks
+    and timers run between any two slices."""
+    connections, handed = await _burst_of_40_streams(tmp_path, monkeypatch)
+    assert connections == 1
     assert max(size for size, _ in handed) <= READ_SLICE
     iterations_handed = [iteration for _, iteration in handed]
     assert len(set(iterations_handed)) == len(iterations_handed), "two slices in one iteration"
+
+
+async def test_a_burst_on_many_connections_reaches_h2_a_slice_a_loop_iteration_in_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same burst over four connections (10 streams each): what every connection read
+    reaches h2 READ_SLICE bytes a loop iteration in all, not a slice each."""
+    monkeypatch.setattr(h2_logs, "STREAMS_PER_CONNECTION", 10)
+    connections, handed = await _burst_of_40_streams(tmp_path, monkeypatch)
+    assert connections == 4
+    per_iteration: collections.Counter[int] = collections.Counter()
+    for size, iteration in handed:
+        per_iteration[iteration] += size
+    assert max(per_iteration.values()) <= READ_SLICE

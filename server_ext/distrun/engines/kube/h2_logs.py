@@ -20,6 +20,7 @@ import asyncio
 import collections
 import contextlib
 import ssl
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -34,10 +35,11 @@ import h2.exceptions
 import h2.settings
 
 STREAMS_PER_CONNECTION = 100
-# What one callback hands h2 of a connection's read: a read brings every stream's lines since
-# the last (a hundred streams' after a pause of the loop), and h2 is pure Python, ~25 us a
-# frame. Between slices the loop runs its other callbacks and timers; the transport is paused
-# meanwhile, so the socket's bytes wait in the kernel.
+# What one loop iteration hands h2, of every connection's reads together (ReadPacer): a read
+# brings every stream's lines since the last (a hundred streams' after a pause of the loop),
+# and h2 is pure Python, ~25 us a frame, each frame then a follower's step. Between slices the
+# loop runs its other callbacks and timers; a connection with bytes still to hand is paused
+# meanwhile, so its socket's bytes wait in the kernel.
 READ_SLICE = 16 * 1024
 IDLE_SECONDS = 30.0  # a connection left without streams closes after this
 CONNECT_SECONDS = 30.0
@@ -203,7 +205,6 @@ class _Connection(asyncio.Protocol):
         self._idle: asyncio.TimerHandle | None = None
         self._flush_soon: asyncio.Handle | None = None
         self._unread = bytearray()
-        self._next_slice: asyncio.Handle | None = None
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     @property
@@ -259,21 +260,26 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._unread += data
-        if self._next_slice is None:  # one slice a loop iteration, whatever the reads
-            self._next_slice = asyncio.get_running_loop().call_soon(self._read_slice)
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.pause_reading()  # until the pacer has handed h2 all of it
+        _read_pacer(asyncio.get_running_loop()).want(self)
 
-    def _read_slice(self) -> None:
-        """Hands h2 READ_SLICE bytes of what was read, the rest in later callbacks."""
-        self._next_slice = None
-        data = bytes(self._unread[:READ_SLICE])
-        del self._unread[:READ_SLICE]
-        self._receive(data)
-        if self._unread and not self.lost.done():
-            if self._transport is not None and not self._transport.is_closing():
-                self._transport.pause_reading()
-            self._next_slice = asyncio.get_running_loop().call_soon(self._read_slice)
-        elif self._transport is not None and not self._transport.is_closing():
+    @property
+    def unread(self) -> int:
+        return len(self._unread)
+
+    def read_slice(self, most: int) -> int:
+        """Hands h2 at most `most` bytes of what was read; how many. Reading resumes once
+        every byte read was handed."""
+        data = bytes(self._unread[:most])
+        del self._unread[:most]
+        if data and not self.lost.done():
+            self._receive(data)
+        if self.lost.done():
+            self._unread.clear()  # nobody is left to read it
+        if not self._unread and self._transport is not None and not self._transport.is_closing():
             self._transport.resume_reading()
+        return len(data)
 
     def _receive(self, data: bytes) -> None:
         try:
@@ -329,9 +335,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         # What came before the connection closed is read first: the streams it ended end
         # cleanly, and the others keep every line that came.
-        if self._next_slice is not None:
-            self._next_slice.cancel()
-            self._next_slice = None
+        _read_pacer(asyncio.get_running_loop()).forget(self)
         if self._unread and not self.lost.done():
             self._receive(bytes(self._unread))
         self._unread.clear()
@@ -378,6 +382,52 @@ class _Connection(asyncio.Protocol):
         data = self._h2.data_to_send()
         if data and self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
+
+
+class ReadPacer:
+    """Hands h2 at most READ_SLICE bytes a loop iteration, of all the loop's connections'
+    reads, each connection in turn.
+
+    A slice a connection was not enough: after any pause every connection has read at once,
+    and the next iteration handed h2 a slice of each (a dozen at 1,200 replicas), waking a
+    follower a line in the one after, with every timer waiting behind (docs/performance.md)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._waiting: dict[_Connection, None] = {}  # in turn order
+        self._next: asyncio.Handle | None = None
+
+    def want(self, connection: _Connection) -> None:
+        self._waiting.setdefault(connection, None)
+        if self._next is None:
+            self._next = self._loop.call_soon(self._iteration)
+
+    def forget(self, connection: _Connection) -> None:
+        self._waiting.pop(connection, None)
+
+    def _iteration(self) -> None:
+        self._next = None
+        budget = READ_SLICE
+        while budget > 0 and self._waiting:
+            connection = next(iter(self._waiting))
+            del self._waiting[connection]
+            budget -= connection.read_slice(budget)
+            if connection.unread:
+                self._waiting[connection] = None  # the others first
+        if self._waiting:
+            self._next = self._loop.call_soon(self._iteration)
+
+
+_READ_PACERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ReadPacer] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _read_pacer(loop: asyncio.AbstractEventLoop) -> ReadPacer:
+    pacer = _READ_PACERS.get(loop)
+    if pacer is None:
+        pacer = _READ_PACERS[loop] = ReadPacer(loop)
+    return pacer
 
 
 class LogStreams:
