@@ -6,6 +6,7 @@ the API server, counted by the API server itself, against the naive baseline in 
     PYTHONPATH=server_ext python benchmarks/bench_kube_soak.py --quick   # 10 jobs, 20 s phases
     PYTHONPATH=server_ext python benchmarks/bench_kube_soak.py --pods 200,600,1200 --replicas 8
         --viewers 4 --phase-seconds 30 --rate 1   # the curve: the shared phases at each size
+    ... --harness-nice 10   # the viewers and the cluster niced, the servers measured not
 
 The tier's control plane (etcd, kube-apiserver, kwok playing the kubelet on as many fake nodes
 as the pods need) and the real Training Operator v1.9.4 run `--jobs` PyTorchJobs of
@@ -540,8 +541,8 @@ async def run_phases(
         kubeconfig, work, viewers, args.server_config, args.engine_config
     )
     second, _ = server_with_probe(kubeconfig, work, viewers, args.server_config, args.engine_config)
-    await asyncio.to_thread(first.start)
-    await asyncio.to_thread(second.start)
+    await start_server(first, args)
+    await start_server(second, args)
     try:
         results += await shared_phases(args, jobs, admin, first, lag_file, quiet_rate)
         results.append(await naive_phase(args, jobs, admin, kubeconfig, quiet_rate))
@@ -557,6 +558,16 @@ async def run_phases(
     return results
 
 
+async def start_server(server: DistrunServer, args: argparse.Namespace) -> None:
+    """Starts a measured server; with --harness-nice, at the priority the harness left (0)."""
+    await asyncio.to_thread(server.start)
+    if args.harness_nice and server.process.process is not None:
+        try:
+            psutil.Process(server.process.process.pid).nice(0)
+        except psutil.AccessDenied:
+            print("  (the server could not be given back priority 0: it runs niced too)")
+
+
 async def curve_step(
     args: argparse.Namespace, jobs: Jobs, admin: Any, kubeconfig: Path, pods: int
 ) -> list[PhaseResult]:
@@ -566,7 +577,7 @@ async def curve_step(
     server, lag_file = server_with_probe(
         kubeconfig, work, len(jobs.ids) * args.viewers, args.server_config, args.engine_config
     )
-    await asyncio.to_thread(server.start)
+    await start_server(server, args)
     try:
         shared = await shared_phases(args, jobs, admin, server, lag_file, quiet.requests_per_minute)
     finally:
@@ -622,6 +633,8 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
                 "again (a request storm of the cluster's, not distrun's); raise it with "
                 f"`sysctl -w fs.inotify.max_user_instances={2 * most}`"
             )
+    if args.harness_nice:
+        print(f"\nthe harness at nice {args.harness_nice}, the measured servers at 0")
     print(
         f"\n{args.replicas} replicas a job, {args.rate} lines/s each "
         f"({'every job at the same moment' if args.in_step else 'each job at its own moment'}), "
@@ -811,7 +824,18 @@ def main() -> None:
         help="a Kubernetes engine setting for the servers measured, e.g. log_http2=false "
         "(VALUE read as JSON, else as a string); repeatable",
     )
+    parser.add_argument(
+        "--harness-nice",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the harness (this process's viewers, the cluster, the operator) at nice N and "
+        "the measured servers at 0, as if the viewers' browsers and the cluster ran elsewhere "
+        "(on this 2-core machine they take over half of it)",
+    )
     args = parser.parse_args()
+    if args.harness_nice:
+        os.nice(args.harness_nice)  # before the cluster starts: its processes inherit it
     args.server_config = dict(map(server_setting, args.server_config))
     args.engine_config = dict(map(server_setting, args.engine_config))
     if args.quick:
