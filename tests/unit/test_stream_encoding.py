@@ -5,9 +5,11 @@ import gc
 import json
 import weakref
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from tornado.websocket import WebSocketClosedError
 
 from distrun.core.logs import LineRun, LogBatch, LogEvent, LogLine
 from distrun.server import log_stream as stream
@@ -93,6 +95,8 @@ async def test_a_sent_batch_is_not_held_while_the_next_event_is_awaited(
 
     class Handler:
         protocol = stream.V2_RUNS
+        ws_connection = None
+        _write = LogStreamHandler._write
 
         async def write_message(self, message: bytes) -> None:
             sent.append(message)
@@ -111,3 +115,46 @@ async def test_a_sent_batch_is_not_held_while_the_next_event_is_awaited(
     assert sent and batches and batches[0]() is None
     resume.set()
     await relay
+
+
+class _Writer:
+    """What LogStreamHandler._write uses of a handler: write_message's futures left to the
+    test, and a socket that has taken every byte written or not."""
+
+    _write = LogStreamHandler._write
+
+    def __init__(self, backed_up: bool) -> None:
+        self.ws_connection = SimpleNamespace(stream=SimpleNamespace(writing=lambda: backed_up))
+        self.sent: list[asyncio.Future[None]] = []
+
+    def write_message(self, message: bytes) -> asyncio.Future[None]:
+        self.sent.append(asyncio.get_running_loop().create_future())
+        return self.sent[-1]
+
+
+async def test_a_message_the_socket_took_whole_is_not_waited_for() -> None:
+    """tornado's write future (a task of its own) is not awaited when nothing is left to
+    write: no step of the handler's per message; a later error is not left unretrieved."""
+    writer = _Writer(backed_up=False)
+    write = writer._write(b"one")
+    with pytest.raises(StopIteration):
+        write.send(None)  # done in its first step: nothing awaited
+    errors: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    try:
+        writer.sent.pop().set_exception(WebSocketClosedError())
+        await asyncio.sleep(0)  # its callbacks
+        gc.collect()
+    finally:
+        loop.set_exception_handler(None)
+    assert errors == []
+
+
+async def test_a_message_the_socket_has_not_taken_is_waited_for() -> None:
+    writer = _Writer(backed_up=True)
+    write = asyncio.create_task(writer._write(b"one"))
+    await asyncio.sleep(0.01)
+    assert not write.done()
+    writer.sent[0].set_result(None)
+    await write

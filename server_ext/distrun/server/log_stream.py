@@ -1,7 +1,8 @@
 """The live log websocket: `GET /distrun/jobs/{id}/logs/stream?since=...&replica=...`.
 
-One task per connection consumes `engine.follow(...)` and awaits every `write_message`, so a
-slow client slows only its own follower and the server holds at most one batch for it. Lines
+One task per connection consumes `engine.follow(...)` and waits whenever the socket has not
+taken all that was written, so a slow client slows only its own follower and the server holds
+at most one batch for it. Lines
 are sent as soon as they are read, as `runs` messages (each replica's lines as columns: seq of
 the first, capture times in epoch milliseconds, texts; JSON without an object per line); under
 load each read brings many lines, which go out in frames of at most `FRAME_MAX_LINES` lines /
@@ -297,7 +298,7 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
         async with aclosing(follow_usage(engine, job_id, self.owner, since)) as updates:
             async for update in updates:
                 samples = [sample.to_json() for sample in update.samples]
-                await self.write_message(orjson.dumps({"type": "usage", "samples": samples}))
+                await self._write(orjson.dumps({"type": "usage", "samples": samples}))
 
     def _check_stream_limit(self) -> None:
         limit = self.app.max_streams_per_user
@@ -314,7 +315,7 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
             async for event in events:
                 if isinstance(event, LogBatch):
                     for message in encoded_frames(event, self.protocol):
-                        await self.write_message(message)
+                        await self._write(message)
                 elif isinstance(event, PartialUpdate):
                     await self._send(
                         {"type": "partial", "lines": [line_json(x) for x in event.lines]}
@@ -334,7 +335,19 @@ class LogStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler, 
         await self._send({"type": "status", "job": job.to_json()})
 
     async def _send(self, message: dict[str, Any]) -> None:
-        await self.write_message(json.dumps(message))
+        await self._write(json.dumps(message))
+
+    async def _write(self, message: str | bytes) -> None:
+        """Sends `message`, waiting only while the socket has not taken all that was sent.
+        tornado wraps every write in a task of its own: awaited, each message cost this
+        handler a step more, the loop an iteration more (most of a busy server's websocket
+        steps: docs/performance.md)."""
+        sent = self.write_message(message)
+        stream = getattr(self.ws_connection, "stream", None)
+        if stream is None or stream.writing():
+            await sent
+        else:
+            sent.add_done_callback(_retrieve_error)
 
     async def _close_with_error(self, body: dict[str, Any], code: int) -> None:
         try:
@@ -368,3 +381,9 @@ async def _closing(events: AsyncIterator[LogEvent]) -> AsyncIterator[AsyncIterat
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+def _retrieve_error(sent: "asyncio.Future[None]") -> None:
+    """A write not awaited: its error (the client gone) is the next write's, not a warning."""
+    if not sent.cancelled():
+        sent.exception()
