@@ -275,6 +275,45 @@ async def test_the_lines_a_jobs_replicas_print_together_reach_a_viewer_together(
         await task
 
 
+async def test_a_batch_that_took_every_replica_to_its_end_is_not_followed_by_a_second_look(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each replica is looked at once a batch: what comes after the look wakes the viewer
+    again, so a second look at once finds nothing (600 viewers x 8 replicas, after each
+    batch). A full batch is looked past at once: more lines are waiting."""
+    job = FakeJobFeed()
+    names = ["worker-0", "worker-1"]
+    viewer = FeedViewer(job, names, dict.fromkeys(names, 0), max_batch=4)  # type: ignore[arg-type]
+    looks: list[str] = []
+    take_from = FeedViewer._take_from
+
+    async def counted(self: FeedViewer, replica: ReplicaFeed, room: int) -> list[LogLine]:
+        looks.append(replica.name)
+        return await take_from(self, replica, room)
+
+    monkeypatch.setattr(FeedViewer, "_take_from", counted)
+    events = viewer.events()
+    assert isinstance(await anext(events), JobUpdate)
+    await add(job.replicas["worker-0"], range(1))
+    assert [x.seq for x in await next_lines(events)] == [0]
+    waiting = asyncio.ensure_future(next_lines(events))
+    for _ in range(5):
+        await asyncio.sleep(0)  # it looked again (the line came after its wake) and waits
+    looks.clear()
+    await add(job.replicas["worker-0"], range(1, 2))
+    assert [x.seq for x in await waiting] == [1]
+    waiting = asyncio.ensure_future(next_lines(events))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert sorted(looks) == names, "one look at each replica"
+    assert not waiting.done()
+    await add(job.replicas["worker-1"], range(6))
+    assert [x.seq for x in await waiting] == [0, 1, 2, 3]  # full: looked past at once
+    assert [x.seq for x in await next_lines(events)] == [4, 5]
+    for task in viewer.close():
+        await task
+
+
 async def test_lines_within_the_wake_interval_wake_the_viewers_at_its_end(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -493,10 +493,18 @@ class FeedViewer:
             if self.feed.job != sent:
                 sent = self.feed.job
                 yield JobUpdate(sent)
+            # Taken from the kept lines alone and not full, a batch took every replica to its
+            # end: what came since has set `woken`, so a look again at once would find nothing
+            # (8 replicas' looks, each viewer after each batch). A catch-up that ends moves
+            # its replica on to the kept lines, which were not looked at: look again.
+            kept_only = not self._catching_up
             batch = await self._take()
             if batch:
+                drained = kept_only and not self._catching_up and len(batch) < self.max_batch
                 yield LogBatch(batch)
-                continue
+                del batch  # not held while the next lines are awaited
+                if not drained:
+                    continue
             partials = self._partials()
             if partials:
                 yield PartialUpdate(partials)
