@@ -22,7 +22,6 @@ import copy
 import logging
 import random
 import sys
-import weakref
 from collections.abc import AsyncIterator
 from typing import Protocol
 
@@ -33,6 +32,7 @@ from distrun.core.spec import JobSpec
 from distrun.engines.kube.client import PODS, KubeApi, Obj, Resource
 from distrun.engines.kube.informers import Informers, across_jobs, by_label, by_name
 from distrun.engines.kube.logs import LogContext, ReplicaFollower
+from distrun.engines.kube.loop_local import LoopLocal
 from distrun.engines.kube.manifests.common import LABEL_INSTANCE
 from distrun.engines.kube.restart_ledger import RestartBook, observe
 from distrun.engines.kube.restart_ledger import merge as merge_restarts
@@ -106,7 +106,7 @@ class Broadcast:
         loop = asyncio.get_running_loop()
         due = self._last + LINES_WAKE_SECONDS
         if loop.time() >= due:
-            _pacer(loop).wake(self)
+            _PACERS.of(loop).wake(self)
         else:
             self._timer = loop.call_at(due, self._due)
 
@@ -115,7 +115,7 @@ class Broadcast:
 
     def _due(self) -> None:
         self._timer = None
-        _pacer(asyncio.get_running_loop()).wake(self)
+        _PACERS.of(asyncio.get_running_loop()).wake(self)
 
 
 class WakePacer:
@@ -127,8 +127,7 @@ class WakePacer:
     every timer waiting behind it: docs/performance.md). Taken a few jobs an iteration, the same
     work leaves the loop in between."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+    def __init__(self) -> None:
         self._waiting: collections.deque[Broadcast] = collections.deque()
         self._budget = WAKES_PER_ITERATION
         self._next: asyncio.Handle | None = None
@@ -144,7 +143,7 @@ class WakePacer:
 
     def _schedule(self) -> None:
         if self._next is None:
-            self._next = self._loop.call_soon(self._iteration)
+            self._next = asyncio.get_running_loop().call_soon(self._iteration)
 
     def _iteration(self) -> None:
         self._next = None
@@ -158,16 +157,7 @@ class WakePacer:
             self._schedule()  # the budget comes back next iteration
 
 
-_PACERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WakePacer]" = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _pacer(loop: asyncio.AbstractEventLoop) -> WakePacer:
-    pacer = _PACERS.get(loop)
-    if pacer is None:
-        pacer = _PACERS[loop] = WakePacer(loop)
-    return pacer
+_PACERS = LoopLocal(WakePacer)
 
 
 def _size(line: LogLine) -> int:

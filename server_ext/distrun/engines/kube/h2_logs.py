@@ -20,7 +20,6 @@ import asyncio
 import collections
 import contextlib
 import ssl
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -33,6 +32,8 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+
+from distrun.engines.kube.loop_local import LoopLocal
 
 STREAMS_PER_CONNECTION = 100
 # What one loop iteration hands h2, of every connection's reads together (ReadPacer): a read
@@ -262,7 +263,7 @@ class _Connection(asyncio.Protocol):
         self._unread += data
         if self._transport is not None and not self._transport.is_closing():
             self._transport.pause_reading()  # until the pacer has handed h2 all of it
-        _read_pacer(asyncio.get_running_loop()).want(self)
+        _READ_PACERS.of(asyncio.get_running_loop()).want(self)
 
     @property
     def unread(self) -> int:
@@ -335,7 +336,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         # What came before the connection closed is read first: the streams it ended end
         # cleanly, and the others keep every line that came.
-        _read_pacer(asyncio.get_running_loop()).forget(self)
+        _READ_PACERS.of(asyncio.get_running_loop()).forget(self)
         if self._unread and not self.lost.done():
             self._receive(bytes(self._unread))
         self._unread.clear()
@@ -392,15 +393,14 @@ class ReadPacer:
     and the next iteration handed h2 a slice of each (a dozen at 1,200 replicas), waking a
     follower a line in the one after, with every timer waiting behind (docs/performance.md)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+    def __init__(self) -> None:
         self._waiting: dict[_Connection, None] = {}  # in turn order
         self._next: asyncio.Handle | None = None
 
     def want(self, connection: _Connection) -> None:
         self._waiting.setdefault(connection, None)
         if self._next is None:
-            self._next = self._loop.call_soon(self._iteration)
+            self._next = asyncio.get_running_loop().call_soon(self._iteration)
 
     def forget(self, connection: _Connection) -> None:
         self._waiting.pop(connection, None)
@@ -415,19 +415,10 @@ class ReadPacer:
             if connection.unread:
                 self._waiting[connection] = None  # the others first
         if self._waiting:
-            self._next = self._loop.call_soon(self._iteration)
+            self._next = asyncio.get_running_loop().call_soon(self._iteration)
 
 
-_READ_PACERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ReadPacer] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _read_pacer(loop: asyncio.AbstractEventLoop) -> ReadPacer:
-    pacer = _READ_PACERS.get(loop)
-    if pacer is None:
-        pacer = _READ_PACERS[loop] = ReadPacer(loop)
-    return pacer
+_READ_PACERS = LoopLocal(ReadPacer)
 
 
 class LogStreams:
