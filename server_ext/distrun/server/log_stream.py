@@ -2,11 +2,10 @@
 
 One task per connection consumes `engine.follow(...)` and waits whenever the socket has not
 taken all that was written, so a slow client slows only its own follower and the server holds
-at most one batch for it. Lines
-are sent as soon as they are read, as `runs` messages (each replica's lines as columns: seq of
-the first, capture times in epoch milliseconds, texts; JSON without an object per line); under
-load each read brings many lines, which go out in frames of at most `FRAME_MAX_LINES` lines /
-about `FRAME_MAX_BYTES` bytes. A replica's
+at most one batch for it. Lines are sent as soon as they are read, as `runs` messages (each
+replica's lines as columns: seq of the first, capture times in epoch milliseconds, texts; JSON
+without an object per line); under load each read brings many lines, which go out in frames of
+at most `FRAME_MAX_LINES` lines / about `FRAME_MAX_BYTES` bytes. A replica's
 unfinished line (a progress bar being redrawn) goes out as a `partial` message whenever it
 changes, a few times a second at most.
 
