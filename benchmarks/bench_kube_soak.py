@@ -666,6 +666,11 @@ def report(results: list[PhaseResult], args: argparse.Namespace) -> int:
                 + ", ".join(f"{kind} {count}" for kind, count in result.warm_busiest)
             )
     print("  lag: the shared server's event loop (a 10 ms sleep's overshoot; bound 100 ms)")
+    if os.environ.get("SOAK_YOUNG_CENSUS") == "1":
+        print(
+            "  SOAK_YOUNG_CENSUS=1: each young collection's census ran on the server's loop, "
+            "and the lag above includes it (a diagnostic run, not a measurement)"
+        )
     for result in results:
         if result.cpu is not None:
             server, viewers, machine = result.cpu
