@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+pytest_plugins = ["tests.parts"]
+
 # No property test is timed: a loaded machine (CI, parallel work) is slow, not wrong.
 settings.register_profile("distrun", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("distrun")

@@ -2,7 +2,8 @@
 
 Helm has no Debian package here; `go install helm.sh/helm/v3/cmd/helm@<version>` through the
 Go module proxy takes a few minutes on 2 cores the first time. The binary is built into a
-temporary directory and renamed into place, so a half-built one is never used.
+temporary directory and renamed into place, so a half-built one is never used, under a file lock,
+so the suite's background build (tests/prepare.py) and a test that needs it build it once.
 """
 
 import os
@@ -10,6 +11,8 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+
+from tests.k8s.binaries import GO_BUILD_FLAGS, file_lock
 
 HELM_VERSION = "v3.22.0"
 
@@ -25,12 +28,15 @@ def ensure_helm() -> Path:
         return binary
     go = shutil.which("go") or "/usr/local/go/bin/go"
     binary.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=binary.parent) as build:
-        env = {**os.environ, "GOBIN": build, "CGO_ENABLED": "0"}
-        subprocess.run(
-            [go, "install", f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"], env=env, check=True
-        )
-        os.replace(Path(build) / "helm", binary)
+    with file_lock(binary.parent / ".lock"):
+        if binary.exists():  # built by another process while this one waited
+            return binary
+        with tempfile.TemporaryDirectory(dir=binary.parent) as build:
+            env = {**os.environ, "GOBIN": build, "CGO_ENABLED": "0"}
+            package = f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"
+            command = [go, "install", *GO_BUILD_FLAGS, "-ldflags=-s -w", package]
+            subprocess.run(command, env=env, check=True)
+            os.replace(Path(build) / "helm", binary)
     return binary
 
 

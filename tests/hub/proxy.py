@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from tests.gateway.eg_venv import cache_root
+from tests.k8s.binaries import file_lock
 
 LOCKED = Path(__file__).with_name("proxy_npm")
 _MARKER = ".distrun-complete"
@@ -22,12 +23,14 @@ def ensure_proxy() -> Path:
     if (home / _MARKER).exists():
         return command
     home.mkdir(parents=True, exist_ok=True)
-    for name in ("package.json", "package-lock.json"):
-        shutil.copyfile(LOCKED / name, home / name)
-    subprocess.run(
-        ["npm", "ci", "--no-audit", "--no-fund", "--prefix", str(home)], check=True, timeout=600
-    )
-    (home / _MARKER).write_text("npm ci\n")
+    with file_lock(home / ".lock"):  # shared with the suite's background build (prepare.py)
+        if (home / _MARKER).exists():
+            return command
+        for name in ("package.json", "package-lock.json"):
+            shutil.copyfile(LOCKED / name, home / name)
+        command_line = ["npm", "ci", "--no-audit", "--no-fund", "--prefix", str(home)]
+        subprocess.run(command_line, check=True, timeout=600)
+        (home / _MARKER).write_text("npm ci\n")
     return command
 
 

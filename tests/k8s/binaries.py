@@ -378,9 +378,15 @@ def go_mod_download(module: str, version: str, cwd: Path) -> dict[str, str]:
     return info
 
 
+# No debugging information at all: `-s -w` strips it from the binary, and `-dwarf=false` keeps
+# the compiler from generating it for every package in the first place (a cold build of kwok:
+# 98 s of CPU against 112 s with it, 2026-12-07).
+GO_BUILD_FLAGS = ("-trimpath", "-gcflags=all=-dwarf=false")
+
+
 def go_build(src: Path, output: str, packages: list[str], ldflags: list[str]) -> None:
     """`output` is a file, or a directory when it ends with "/" (one binary per package)."""
-    command = ["go", "build", "-trimpath", "-ldflags", " ".join(["-s", "-w", *ldflags])]
+    command = ["go", "build", *GO_BUILD_FLAGS, "-ldflags", " ".join(["-s", "-w", *ldflags])]
     run_go([*command, "-o", output, *packages], src)
 
 

@@ -251,6 +251,9 @@ class KubeCluster:
                 f"--client-ca-file={self.pki.ca_cert}",
                 f"--token-auth-file={token_file}",
                 "--authorization-mode=RBAC",
+                # As kubeadm and managed clusters run it: Pod Security Admission, not this
+                # flag, is what must refuse a user's privileged pods (test_multi_user.py).
+                "--allow-privileged=true",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={self.pki.service_account_public_key}",
                 f"--service-account-signing-key-file={self.pki.service_account_key}",

@@ -1,7 +1,8 @@
 """Fixtures of the Kubernetes tier: one real control plane per test session.
 
-The binaries are built (or taken from the cache) once collection is over, only when a selected
-test needs the cluster, and outside any test's timeout: a cold build takes many minutes.
+The binaries are built (or taken from the cache, or waited for while tests/prepare.py builds
+them) before the first test that needs each, outside that test's timeout: a cold build takes
+many minutes.
 `kube_cluster` starts the cluster once per session;
 `kube_admin` / `kube_alice` / `kube_bob` are `kubernetes_asyncio` ApiClients acting as each user;
 `kube_namespace` is a fresh namespace (admin-only) removed after the test;
@@ -91,31 +92,43 @@ def pytest_report_header() -> str | None:
     return SKIP_REASON.strip() if skipping() else None
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    def needed(fixture: str) -> bool:
-        return any(fixture in getattr(item, "fixturenames", ()) for item in session.items)
+def needs(item: pytest.Item, fixture: str) -> bool:
+    return fixture in getattr(item, "fixturenames", ())
 
-    wanted = ("kube_cluster", "controllers_cluster", "katib_binaries")
-    if skipping() or not any(needed(fixture) for fixture in wanted):
-        return
-    terminal = session.config.pluginmanager.get_plugin("terminalreporter")
 
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Before the first test that needs a component, wait for its build (or build it): here,
+    outside the test's timeout (pytest-timeout's own wrapper is inside this one), since a cold
+    build takes minutes. `.ci/test` builds them in the background (tests/prepare.py) while the
+    tiers that need none run, so here they are usually done."""
+    if not skipping() and Build.error is None:
+        try:
+            build_for(item)
+        except BuildError as error:  # raised again by the fixture: a test error, not a crash
+            Build.error = error
+    yield
+
+
+def build_for(item: pytest.Item) -> None:
     def report(message: str) -> None:
+        terminal = item.config.pluginmanager.get_plugin("terminalreporter")
         if terminal is not None:
             terminal.write_line(f"[distrun k8s] {message}")
 
-    try:
+    cluster = ("kube_cluster", "controllers_cluster", "katib_binaries")
+    if Build.binaries is None and any(needs(item, fixture) for fixture in cluster):
         Build.binaries = ensure_all(report)
-        if needed("controller_binaries"):
-            Build.controllers = ensure_controllers(report)
-        if needed("katib_binaries"):
-            Build.katib = ensure_katib(report)
-        if needed("katib_cluster"):
-            Build.katib_suggestion = ensure_katib_suggestion(report)
-        if needed("kube_metrics"):
-            Build.metrics_server = ensure_metrics_server(report) / "metrics-server"
-    except BuildError as error:  # raised again by the fixture: a test error, not a crash
-        Build.error = error
+    if Build.controllers is None and needs(item, "controller_binaries"):
+        Build.controllers = ensure_controllers(report)
+    if Build.katib is None and needs(item, "katib_binaries"):
+        Build.katib = ensure_katib(report)
+    if Build.katib_suggestion is None and needs(item, "katib_cluster"):
+        Build.katib_suggestion = ensure_katib_suggestion(report)
+    if Build.metrics_server is None and (
+        needs(item, "kube_metrics") or needs(item, "controllers_metrics")
+    ):
+        Build.metrics_server = ensure_metrics_server(report) / "metrics-server"
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,66 @@
+"""The suite in two parts, so that the one needing builds can wait for them while the other runs.
+
+`built`: the tiers that need what tests/prepare.py builds once per machine (a control plane and
+the real controllers from Go modules, helm, the hub's proxy); `own`: every other tier, which
+needs only this checkout and its virtualenv. `.ci/test` runs `own` while prepare.py builds in
+the background, then `built`. `DISTRUN_TEST_PART=own|built` selects one; unset, both run.
+
+Before a test that needs a build, `pytest_runtest_protocol` below waits for it (or builds it)
+outside the test's timeout: pytest-timeout's wrapper is inside this one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+BUILT_TIERS = ("k8s", "helm", "hub")
+PARTS = ("own", "built")
+
+
+def part_of(item: pytest.Item) -> str:
+    tier = Path(str(item.path)).resolve().relative_to(TESTS).parts[0]
+    return "built" if tier in BUILT_TIERS else "own"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    part = os.environ.get("DISTRUN_TEST_PART")
+    if not part:
+        return
+    if part not in PARTS:
+        raise pytest.UsageError(f"DISTRUN_TEST_PART={part!r}: write one of {', '.join(PARTS)}")
+    kept = [item for item in items if part_of(item) == part]
+    deselected = [item for item in items if part_of(item) != part]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
+def prebuilt() -> dict[str, Callable[[], object]]:
+    """Fixture name -> the builds its set-up waits for (the Kubernetes tier's own are in
+    tests/k8s/conftest.py)."""
+    from tests.gateway.eg_venv import ensure_eg_venv
+    from tests.helm.helm_binary import ensure_helm
+    from tests.hub.proxy import ensure_proxy
+
+    return {
+        "helm": ensure_helm,
+        "eg_python": ensure_eg_venv,
+        "hub": lambda: (ensure_eg_venv(), ensure_helm(), ensure_proxy()),
+    }
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    fixtures = getattr(item, "fixturenames", ())
+    for fixture, build in prebuilt().items():
+        if fixture in fixtures:
+            try:
+                build()
+            except Exception as error:  # noqa: BLE001  (the fixture's call fails the test)
+                item.add_report_section("setup", "build", f"building for {fixture}: {error}")
+    yield
