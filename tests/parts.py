@@ -5,6 +5,9 @@ the real controllers from Go modules, helm, the hub's proxy); `own`: every other
 needs only this checkout and its virtualenv. `.ci/test` runs `own` while prepare.py builds in
 the background, then `built`. `DISTRUN_TEST_PART=own|built` selects one; unset, both run.
 
+Under pytest-xdist (`-n N --dist loadgroup`, as `.ci/test` runs both parts) each module's tests,
+and every test of one cluster, run in one worker (`group_of`).
+
 Before a test that needs a build, `pytest_runtest_protocol` below waits for it (or builds it)
 outside the test's timeout: pytest-timeout's wrapper is inside this one.
 """
@@ -27,7 +30,21 @@ def part_of(item: pytest.Item) -> str:
     return "built" if tier in BUILT_TIERS else "own"
 
 
+# A session-scoped cluster is started once in each xdist worker that runs a test needing it:
+# the tests of one cluster go to one worker (their xdist group), as do a module's tests (its
+# module-scoped servers and deployments start once).
+CLUSTERS = ("katib_cluster", "controllers_cluster", "kube_cluster")
+
+
+def group_of(item: pytest.Item) -> str:
+    fixtures = getattr(item, "fixturenames", ())
+    cluster = next((fixture for fixture in CLUSTERS if fixture in fixtures), None)
+    return cluster or item.nodeid.split("::")[0]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group_of(item)))
     part = os.environ.get("DISTRUN_TEST_PART")
     if not part:
         return
