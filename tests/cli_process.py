@@ -26,10 +26,14 @@ def cli_env(home: Path) -> dict[str, str]:
 
 
 def run_distrun(
-    env: dict[str, str], *args: str, cwd: Path | None = None, timeout: float = 120.0
+    env: dict[str, str],
+    *args: str,
+    cwd: Path | None = None,
+    timeout: float = 120.0,
+    python: Path | str = sys.executable,
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "distrun", *args],
+        [str(python), "-m", "distrun", *args],
         env=env,
         cwd=cwd,
         capture_output=True,

@@ -59,7 +59,8 @@ class ServerProcess:
     """`python -m jupyter_server` under `workdir` (config, data, runtime, root and state
     directories, and a log per start). `token=None` leaves authentication to the config (an
     identity provider of its own); otherwise requests carry `token`. `config_file` is a Python
-    config file loaded too (the deployment's own, say)."""
+    config file loaded too (the deployment's own, say). `python` runs it (another virtualenv's:
+    a release's, say)."""
 
     def __init__(
         self,
@@ -70,8 +71,10 @@ class ServerProcess:
         base_url: str = "/",
         env: Mapping[str, str] | None = None,
         config_file: Path | None = None,
+        python: Path | str = sys.executable,
     ) -> None:
         self.workdir = workdir
+        self.python = str(python)
         self.port = free_port()
         self.token = secrets.token_hex(16) if token == "" else token
         self.base_url = base_url
@@ -106,7 +109,7 @@ class ServerProcess:
 
     def start(self) -> "ServerProcess":
         """Starts the server and returns once it answers (an AssertionError if it does not)."""
-        argv = [sys.executable, "-m", "jupyter_server"]
+        argv = [self.python, "-m", "jupyter_server"]
         self.starts += 1
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(

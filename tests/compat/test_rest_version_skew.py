@@ -1,12 +1,13 @@
 """The REST resources a client parses (engines, jobs, a job, log pages, cancel, delete) across
-versions (issue 31), on the local engine with real server processes: the previous release's
-client (the pinned copy tests/compat/server_client_de7ac60.py) and its CLI (that commit's
-package, from git) against the current server; the current client and CLI against the previous
-release's server; and the current server's answer to each `Distrun-API-Version` a client may
-send."""
+releases (issue 31), on the local engine with real server processes: the previous release's
+own client and CLI (its wheel in a virtualenv of its own, conftest.py) against the current
+server; the current client and CLI against the previous release's server (started by that
+virtualenv's python); and the current server's answer to each `Distrun-API-Version` a client
+may send."""
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,22 +17,14 @@ from distrun.client.base import ClientError
 from distrun.client.server_client import ServerClient
 from distrun.core.api_versions import API_VERSION_HEADER, REST_V1, REST_VERSIONS
 from distrun.core.errors import NotFound
-from distrun.core.spec import JobSpec
 from tests.cli_process import cli_env, run_distrun
-from tests.server_process import REPO, ServerProcess
+from tests.server_process import ServerProcess
 
-from .server_client_de7ac60 import ServerClient as PreviousServerClient
-from .skew import CODE, EXPECTED, MAX_REPLICAS, SPEC
+from .conftest import run_previous
+from .skew import CODE, EXPECTED, MAX_REPLICAS, SLEEPER, SLEEPER_JSON, SPEC, SPEC_JSON
 
 pytestmark = pytest.mark.integration
 
-SLEEPER = JobSpec.from_dict(
-    {
-        "framework": "generic",
-        "code": "import time\ntime.sleep(120)\n",
-        "roles": {"worker": {"replicas": 1}},
-    }
-)
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
@@ -74,9 +67,26 @@ async def use_every_resource(client: Any) -> None:
 
 
 async def test_the_previous_releases_client_reads_every_rest_resource_of_the_current_server(
-    current_server: ServerProcess,
+    current_server: ServerProcess, previous_python: Path, tmp_path: Path
 ) -> None:
-    await use_every_resource(PreviousServerClient(current_server.url, current_server.token))
+    """As use_every_resource, by the previous release's ServerClient in its own process."""
+    request = {
+        "url": current_server.url,
+        "token": current_server.token,
+        "spec": SPEC_JSON,
+        "sleeper": SLEEPER_JSON,
+    }
+    seen = await asyncio.to_thread(run_previous, previous_python, "rest", request, tmp_path)
+    assert seen["max_replicas"] == MAX_REPLICAS
+    assert seen["submitted"]["state"] in {"pending", "running", "succeeded"}
+    assert seen["submitted"]["replicas"] == ["worker-0", "worker-1"]
+    assert seen["ended"] == {"state": "succeeded", "code": CODE}
+    assert seen["listed"]
+    assert [tuple(line) for line in seen["page"]["lines"]] == EXPECTED
+    assert seen["page"]["next"] == {"worker-0": 5, "worker-1": 5}
+    assert seen["tail"] == [["worker-1", "worker-1 3"], ["worker-1", "worker-1 4"]]
+    assert seen["cancelled_id"] and seen["sleeper"] == "cancelled"
+    assert seen["after_delete"] == "NotFound"
 
 
 async def test_the_current_client_reads_every_rest_resource_of_the_previous_releases_server(
@@ -85,52 +95,49 @@ async def test_the_current_client_reads_every_rest_resource_of_the_previous_rele
     await use_every_resource(ServerClient(previous_server.url, previous_server.token))
 
 
-def cli_against(server: ServerProcess, home: Path, package: Path) -> dict[str, str]:
+def cli_against(server: ServerProcess, home: Path) -> dict[str, str]:
     env = cli_env(home)
-    env.update(
-        PYTHONPATH=f"{package}:{REPO}",
-        DISTRUN_URL=server.url,
-        DISTRUN_TOKEN=server.token or "",
-    )
+    env.update(DISTRUN_URL=server.url, DISTRUN_TOKEN=server.token or "")
     return env
 
 
-def use_the_cli(env: dict[str, str], workdir: Path) -> None:
+def use_the_cli(env: dict[str, str], workdir: Path, python: Path | str = sys.executable) -> None:
     """run (REST submit, the log websocket), ls, status, logs and rm, each checked by what it
-    printed."""
+    printed; `python` runs the CLI (this tree's, or a release's virtualenv's)."""
     cell = workdir / "cell.py"
     cell.write_text("%framework=generic\n%worker=2\n" + CODE)
-    run = run_distrun(env, "run", str(cell), cwd=workdir)
+    run = run_distrun(env, "run", str(cell), cwd=workdir, python=python)
     assert run.returncode == 0, run.stderr
     assert all(f"worker-{r} {i}" in run.stdout for r in range(2) for i in range(5)), run.stdout
-    listing = run_distrun(env, "ls", "--json", cwd=workdir)
+    listing = run_distrun(env, "ls", "--json", cwd=workdir, python=python)
     assert listing.returncode == 0, listing.stderr
     [job] = json.loads(listing.stdout)
     assert job["state"] == "succeeded"
-    status = run_distrun(env, "status", job["id"], cwd=workdir)
+    status = run_distrun(env, "status", job["id"], cwd=workdir, python=python)
     assert status.returncode == 0 and "succeeded" in status.stdout, status.stdout + status.stderr
-    logs = run_distrun(env, "logs", job["id"], "--replica", "worker-1", cwd=workdir)
+    logs = run_distrun(env, "logs", job["id"], "--replica", "worker-1", cwd=workdir, python=python)
     assert logs.returncode == 0, logs.stderr
     assert [line.split()[-2:] for line in logs.stdout.splitlines()] == [
         ["worker-1", str(i)] for i in range(5)
     ]
-    removed = run_distrun(env, "rm", job["id"], cwd=workdir)
+    removed = run_distrun(env, "rm", job["id"], cwd=workdir, python=python)
     assert removed.returncode == 0, removed.stderr
-    gone = run_distrun(env, "status", job["id"], cwd=workdir)
+    gone = run_distrun(env, "status", job["id"], cwd=workdir, python=python)
     assert gone.returncode != 0 and job["id"] in gone.stderr
 
 
 async def test_the_previous_releases_cli_works_against_the_current_server(
-    current_server: ServerProcess, previous_server_ext: Path, tmp_path: Path
+    current_server: ServerProcess, previous_python: Path, tmp_path: Path
 ) -> None:
-    env = cli_against(current_server, tmp_path / "home", previous_server_ext)
-    await asyncio.to_thread(use_the_cli, env, tmp_path)
+    env = cli_against(current_server, tmp_path / "home")
+    del env["PYTHONPATH"]  # the release's own package, nothing of this tree
+    await asyncio.to_thread(use_the_cli, env, tmp_path, previous_python)
 
 
 async def test_the_current_cli_works_against_the_previous_releases_server(
     previous_server: ServerProcess, tmp_path: Path
 ) -> None:
-    env = cli_against(previous_server, tmp_path / "home", REPO / "server_ext")
+    env = cli_against(previous_server, tmp_path / "home")
     await asyncio.to_thread(use_the_cli, env, tmp_path)
 
 

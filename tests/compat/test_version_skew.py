@@ -1,11 +1,14 @@
-"""Clients and servers of different versions still talk (issue 31): the kernel magic runs in
+"""Clients and servers of different releases still talk (issue 31): the kernel magic runs in
 kernel images built at one time while the server is upgraded at another. On the local engine,
-real server processes: the previous release's client (tests/compat/*_de7ac60.py, pinned to
-commit de7ac60, the last before the log websocket's `runs` shape) against the current server,
-and the current client against the previous release's server (that commit's server_ext, from
-git, conftest.py); and the current server's answer to each version a client may offer."""
+real server processes: the previous release's own client code (its wheel in a virtualenv of
+its own, conftest.py), following a job's log stream, resuming it and running a `%%distrun`
+cell through its kernel magic, against the current server; the current client against the
+previous release's server; and the current server's answer to each version a client may
+offer."""
 
+import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +20,8 @@ from distrun.client.server_client import ServerClient
 from distrun.core.stream_versions import V1_LINES, V2_RUNS
 from tests.server_process import ServerProcess
 
-from .server_client_de7ac60 import ServerClient as PreviousServerClient
-from .skew import EXPECTED, SPEC
+from .conftest import run_previous
+from .skew import CODE, EXPECTED, SPEC, SPEC_JSON
 
 pytestmark = pytest.mark.integration
 
@@ -35,13 +38,52 @@ async def run_to_end(client: Any) -> tuple[list[tuple[str, int, str]], list[str]
     return sorted(lines), states
 
 
+def server_of(server: ServerProcess) -> dict[str, Any]:
+    return {"url": server.url, "token": server.token, "spec": SPEC_JSON}
+
+
 async def test_the_previous_releases_client_follows_a_job_on_the_current_server(
-    current_server: ServerProcess,
+    current_server: ServerProcess, previous_python: Path, tmp_path: Path
 ) -> None:
-    client = PreviousServerClient(current_server.url, current_server.token)
-    lines, states = await run_to_end(client)
-    assert lines == EXPECTED
-    assert states[-1] == "succeeded"
+    seen = await asyncio.to_thread(
+        run_previous, previous_python, "follow", server_of(current_server), tmp_path
+    )
+    assert [tuple(line) for line in seen["lines"]] == EXPECTED
+    assert seen["states"][-1] == "succeeded"
+
+
+async def test_the_previous_releases_client_resumes_the_current_servers_log_stream(
+    current_server: ServerProcess, previous_python: Path, tmp_path: Path
+) -> None:
+    request = {**server_of(current_server), "since": {"worker-0": 3, "worker-1": 5}}
+    seen = await asyncio.to_thread(run_previous, previous_python, "resume", request, tmp_path)
+    # Its first connection broke after the first lines; it reconnected from where it was, and
+    # every line came once.
+    first, *again = seen["cursors"]
+    assert first == {} and again and again[0], seen["cursors"]
+    assert [tuple(line) for line in seen["dropped"]["lines"]] == EXPECTED
+    assert seen["dropped"]["states"][-1] == "succeeded"
+    # From a cursor, only what comes after it.
+    assert seen["since"]["lines"] == [["worker-0", 3, "worker-0 3"], ["worker-0", 4, "worker-0 4"]]
+
+
+async def test_the_previous_releases_kernel_magic_runs_a_cell_on_the_current_server(
+    current_server: ServerProcess, previous_python: Path, tmp_path: Path
+) -> None:
+    request = {
+        "url": current_server.url,
+        "token": current_server.token,
+        "cell": "%%distrun --framework generic --workers 2\n" + CODE,
+    }
+    seen = await asyncio.to_thread(run_previous, previous_python, "magic", request, tmp_path)
+    assert seen["error"] is None, seen
+    assert seen["result"]["state"] == "succeeded", seen
+    printed = seen["printed"]
+    assert all(f"worker-{r} {i}" in printed for r in range(2) for i in range(5)), printed
+    client = ServerClient(current_server.url, current_server.token)
+    job = await client.get_job(seen["result"]["job_id"])
+    # The header's line stays, blank, so that line numbers match the cell's.
+    assert job["state"] == "succeeded" and job["spec"]["code"] == "\n" + CODE
 
 
 async def test_the_current_client_follows_a_job_on_the_previous_releases_server(

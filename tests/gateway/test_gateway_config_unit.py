@@ -177,7 +177,7 @@ KERNEL_ENV = {
     "KERNEL_NAMESPACE": "kernels",
     "KERNEL_POD_NAME": "alice-k1",
     "KERNEL_SERVICE_ACCOUNT_NAME": "default",
-    "KERNEL_IMAGE": "ghcr.io/distrun/kernel-py:0.1.0",
+    "KERNEL_IMAGE": "ghcr.io/distrun/kernel-py:0.2.0",
     "KERNEL_UID": "1000",
     "KERNEL_GID": "100",
     "KERNEL_NAME": "python_distrun",
