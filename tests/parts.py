@@ -60,11 +60,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def prebuilt() -> dict[str, Callable[[], object]]:
     """Fixture name -> the builds its set-up waits for (the Kubernetes tier's own are in
     tests/k8s/conftest.py)."""
+    from tests.compat.release_venv import release_python
     from tests.gateway.eg_venv import ensure_eg_venv
     from tests.helm.helm_binary import ensure_helm
     from tests.hub.proxy import ensure_proxy
+    from tests.releases import previous_release
 
     return {
+        "previous_python": lambda: release_python(previous_release()),
         "helm": ensure_helm,
         "eg_python": ensure_eg_venv,
         "hub": lambda: (ensure_eg_venv(), ensure_helm(), ensure_proxy()),

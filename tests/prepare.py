@@ -1,6 +1,6 @@
 """Build, once per machine, everything the tiers that need more than this checkout use: the
 control plane and the real controllers from their Go modules, helm, Enterprise Gateway's
-virtualenv and the hub's proxy.
+virtualenv, the hub's proxy and the previous release's virtualenv (tests/compat).
 
 `.ci/test` starts `python -m tests.prepare --report FILE` in the background as soon as the
 virtualenv exists, and runs the tiers that need none of it meanwhile; a tier that needs a
@@ -23,10 +23,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from tests.compat.release_venv import release_python
 from tests.gateway.eg_venv import ensure_eg_venv
 from tests.helm.helm_binary import ensure_helm
 from tests.hub.proxy import ensure_proxy
 from tests.k8s import binaries, controller_builds
+from tests.releases import previous_release
 
 Step = Callable[[], object]
 
@@ -44,6 +46,7 @@ def steps() -> dict[str, Step]:
     }
     return {
         "enterprise-gateway venv": ensure_eg_venv,
+        "previous release venv": lambda: release_python(previous_release()),
         "etcd": lambda: binaries.ensure_etcd(report),
         "kubernetes": lambda: binaries.ensure_kubernetes(report),
         **crds,
