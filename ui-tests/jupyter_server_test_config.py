@@ -20,7 +20,9 @@ configure_jupyter_server(c)  # noqa: F821 (c is the config object jupyter passes
 # to the next port while the launcher polls the old one (and finds another checkout's server).
 for _variable in ("DISTRUN_UI_PORT", "DISTRUN_UI_TOKEN"):
     if not os.environ.get(_variable):
-        sys.exit(f"{_variable} is not set: start this server through ui-tests (jlpm playwright test)")
+        sys.exit(
+            f"{_variable} is not set: start this server through ui-tests (jlpm playwright test)"
+        )
 c.ServerApp.port = int(os.environ["DISTRUN_UI_PORT"])  # noqa: F821
 c.ServerApp.port_retries = 0  # noqa: F821
 c.ServerApp.ip = "127.0.0.1"  # noqa: F821
