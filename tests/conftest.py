@@ -21,7 +21,14 @@ from distrun.core.spec import Limits
 from distrun.engines.local.engine import LocalEngine
 from distrun.engines.local.processes import process_start_time
 
+from . import no_skip
+
 EngineFactory = Callable[..., LocalEngine]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # DISTRUN_NO_SKIP=1: a skip not listed in tests/expected_skips.txt fails (tests/no_skip.py).
+    no_skip.configure(config)
 
 
 @pytest.fixture

@@ -15,10 +15,19 @@ BUILT_EXTENSION = REPO / "server_ext" / "distrun" / "labextension"
 
 configure_jupyter_server(c)  # noqa: F821 (c is the config object jupyter passes in)
 
-c.ServerApp.port = int(os.environ.get("DISTRUN_UI_PORT", "18888"))  # noqa: F821
+# The port and token its launcher chose (playwright.config.js, benchmarks/browser): no default,
+# so that no two checkouts share one. If the port is taken the server stops, rather than moving
+# to the next port while the launcher polls the old one (and finds another checkout's server).
+for _variable in ("DISTRUN_UI_PORT", "DISTRUN_UI_TOKEN"):
+    if not os.environ.get(_variable):
+        sys.exit(
+            f"{_variable} is not set: start this server through ui-tests (jlpm playwright test)"
+        )
+c.ServerApp.port = int(os.environ["DISTRUN_UI_PORT"])  # noqa: F821
+c.ServerApp.port_retries = 0  # noqa: F821
 c.ServerApp.ip = "127.0.0.1"  # noqa: F821
 c.ServerApp.allow_root = True  # noqa: F821
-c.IdentityProvider.token = os.environ.get("DISTRUN_UI_TOKEN", "distrun-ui-tests")  # noqa: F821
+c.IdentityProvider.token = os.environ["DISTRUN_UI_TOKEN"]  # noqa: F821
 c.ServerApp.disable_check_xsrf = False  # noqa: F821
 # This server's own jobs and logs: tests and screenshots never see another server's jobs.
 c.DistrunApp.state_dir = tempfile.mkdtemp(prefix="distrun-ui-state-")  # noqa: F821

@@ -15,6 +15,8 @@
  */
 
 import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { createServer } from 'node:net';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -31,7 +33,8 @@ const { values: opts } = parseArgs({
     runs: { type: 'string', default: '5' },
     seconds: { type: 'string', default: '3' },
     rate: { type: 'string', default: '100000' },
-    port: { type: 'string', default: '18931' },
+    // Default: a free loopback port (never a fixed one another checkout's server may hold).
+    port: { type: 'string', default: '' },
     'first-line-only': { type: 'boolean', default: false },
     // The local engine's niceness for jobs (default: the engine's, 10).
     nice: { type: 'string', default: '' },
@@ -52,7 +55,22 @@ const { values: opts } = parseArgs({
 const RUNS = Number(opts.runs);
 const SECONDS = Number(opts.seconds);
 const RATE = Number(opts.rate);
-const TOKEN = 'distrun-browser-bench';
+/** A loopback port free now: the kernel picks one for a listener on port 0. */
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(String(port)));
+    });
+  });
+}
+if (!opts.port) {
+  opts.port = await freePort();
+}
+// A fresh token: nothing but the server this run starts answers to it.
+const TOKEN = randomBytes(16).toString('hex');
 const BASE = `http://127.0.0.1:${opts.port}`;
 // After the printing stops, how long frames are still recorded (the output catching up).
 const SETTLE_SECONDS = 5;

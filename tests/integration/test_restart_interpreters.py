@@ -14,7 +14,6 @@ import pytest
 
 from distrun.core.checkpoint_env import IMPORTS_FILE
 from distrun.core.replica_env import DEFAULT_ENV
-from distrun.engines.local import waiting_interpreters
 from distrun.engines.local.processes import spawn_replica
 from distrun.engines.local.restart_interpreters import RestartInterpreters, recorded_modules
 
@@ -22,10 +21,7 @@ from .test_waiting_interpreters import run
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(
-        not waiting_interpreters.supported(),
-        reason="no parent-death signal through setpriv, or no /proc: replicas start cold here",
-    ),
+    pytest.mark.usefixtures("replicas_start_ahead"),
 ]
 
 # What a training program's start does that a preload could change: its imports (torch where

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from distrun.core.job import JobState
-from distrun.engines.local import waiting_interpreters
 from distrun.engines.local.engine import LocalEngine
 from distrun.engines.local.processes import spawn_replica
 from distrun.engines.local.waiting_interpreter_main import MARK, stat_key
@@ -36,10 +35,7 @@ from .test_waiting_interpreters import DUMP, base_env, run
 
 pytestmark = pytest.mark.integration
 
-linux_only = pytest.mark.skipif(
-    not waiting_interpreters.supported(),
-    reason="no parent-death signal through setpriv, or no /proc: replicas start cold here",
-)
+linux_only = pytest.mark.usefixtures("replicas_start_ahead")
 
 # What DUMP prints, and what the start-up hooks below leave in `sys`.
 PROGRAM = DUMP.replace(

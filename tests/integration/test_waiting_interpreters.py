@@ -29,10 +29,7 @@ from .test_local_engine import EngineFactory, follow_to_end, gone, wait_for_line
 pytestmark = pytest.mark.integration
 
 # Outside Linux, or in the CI run with every capability forced portable.
-linux_only = pytest.mark.skipif(
-    not waiting_interpreters.supported(),
-    reason="no parent-death signal through setpriv, or no /proc: replicas start cold here",
-)
+linux_only = pytest.mark.usefixtures("replicas_start_ahead")
 
 DUMP = """
 import sys
