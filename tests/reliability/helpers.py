@@ -124,14 +124,17 @@ def gc_disabled() -> Iterator[None]:
         gc.enable()
 
 
-async def wait_until(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
+async def wait_until(
+    check: Callable[[], Any], what: str | Callable[[], str], timeout: float = WAIT
+) -> Any:
+    """`check()` once it is true; else fails naming `what` (a callable: as it is at the end)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         result = check()
         if result:
             return result
         await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting until {what}")
+    raise AssertionError(f"timed out waiting until {what() if callable(what) else what}")
 
 
 class SequenceChecker:

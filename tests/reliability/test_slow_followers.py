@@ -134,11 +134,8 @@ async def test_followers_closed_cancelled_or_dropped_mid_stream_leave_nothing_be
     gc.collect()
     await wait_until(lambda: local_engine._watchers == {}, "every poller stopped", 15)
     await wait_until(lambda: open_fds() <= fds_before, "every log file closed", 15)
-    await wait_until(
-        lambda: asyncio.all_tasks() <= tasks_before | {asyncio.current_task()},
-        "every task ended",
-        15,
-    )
+    left = lambda: asyncio.all_tasks() - tasks_before - {asyncio.current_task()}
+    await wait_until(lambda: not left(), lambda: f"every task ended (left: {left()})", 15)
     final, _ = await follow_to_end(local_engine, job)
     assert final.state == JobState.SUCCEEDED, final.reason
     assert local_engine._watchers == {}
