@@ -20,14 +20,16 @@ from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).resolve().parent
 BUILT_TIERS = ("k8s", "helm", "hub")
 PARTS = ("own", "built")
 
 
 def part_of(item: pytest.Item) -> str:
-    tier = Path(str(item.path)).resolve().relative_to(TESTS).parts[0]
-    return "built" if tier in BUILT_TIERS else "own"
+    """`built` for a test in tests/<a tier of BUILT_TIERS>/, else `own`."""
+    where = Path(str(item.path)).resolve().relative_to(item.config.rootpath.resolve()).parts
+    return (
+        "built" if where[:1] == ("tests",) and where[1:2] in {(t,) for t in BUILT_TIERS} else "own"
+    )
 
 
 # A session-scoped cluster is started once in each xdist worker that runs a test needing it:
@@ -42,6 +44,7 @@ def group_of(item: pytest.Item) -> str:
     return cluster or item.nodeid.split("::")[0]
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(pytest.mark.xdist_group(group_of(item)))
