@@ -74,7 +74,8 @@ SKIP_REASON = (
 
 
 class Build:
-    """What the build after collection produced, for the session fixture to use or raise."""
+    """What the builds before the first test needing each produced, for the fixtures to use or
+    raise."""
 
     binaries: Binaries | None = None
     error: BuildError | None = None
