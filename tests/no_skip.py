@@ -57,6 +57,13 @@ def parse(text: str, portable: bool) -> list[Expected]:
     return entries
 
 
+def without_group(nodeid: str) -> str:
+    """The node id without the `@group` that pytest-xdist's loadgroup appends in a worker (an
+    `@` after the last `]`, as xdist tells them apart)."""
+    at = nodeid.rfind("@")
+    return nodeid[:at] if at > nodeid.rfind("]") else nodeid
+
+
 def skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
     longrepr = report.longrepr
     text = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
@@ -70,7 +77,7 @@ class NoSkip:
         self.expected = expected
 
     def allowed(self, nodeid: str) -> bool:
-        return any(entry.matches(nodeid) for entry in self.expected)
+        return any(entry.matches(without_group(nodeid)) for entry in self.expected)
 
     def _fail(self, report: pytest.TestReport | pytest.CollectReport, what: str) -> None:
         reason = skip_reason(report)

@@ -19,6 +19,17 @@ def pytest_configure(config):
     configure(config, Path(__file__).with_name("expected_skips.txt"))
 """
 
+# As tests/parts.py groups every test under xdist: its node id in a worker ends in `@group`.
+GROUPED = """
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group("g"))
+"""
+
 TESTS = """
 import pytest
 
@@ -62,6 +73,18 @@ def test_a_skip_fails_under_the_switch_naming_test_and_reason(
         "test_some.py::test_skipif skipped under DISTRUN_NO_SKIP=1: a module is missing",
     ):
         result.stdout.fnmatch_lines([line])
+
+
+def test_an_expected_skip_is_allowed_in_an_xdist_worker_whose_node_ids_carry_a_group(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DISTRUN_NO_SKIP", "1")
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    project.makeconftest(CONFTEST + GROUPED)
+    result = project.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup"
+    )
+    result.assert_outcomes(passed=1, failed=1, errors=1, skipped=1, xfailed=1)
 
 
 def test_nothing_changes_without_the_switch(
