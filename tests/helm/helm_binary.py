@@ -35,7 +35,9 @@ def ensure_helm() -> Path:
             env = {**os.environ, "GOBIN": build, "CGO_ENABLED": "0"}
             package = f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"
             command = [go, "install", *GO_BUILD_FLAGS, "-ldflags=-s -w", package]
-            subprocess.run(command, env=env, check=True)
+            built = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+            if built.returncode != 0:
+                raise RuntimeError(f"{' '.join(command)} failed:\n{built.stderr[-4000:]}")
             os.replace(Path(build) / "helm", binary)
     return binary
 

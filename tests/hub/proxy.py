@@ -29,7 +29,7 @@ def ensure_proxy() -> Path:
         for name in ("package.json", "package-lock.json"):
             shutil.copyfile(LOCKED / name, home / name)
         command_line = ["npm", "ci", "--no-audit", "--no-fund", "--prefix", str(home)]
-        subprocess.run(command_line, check=True, timeout=600)
+        subprocess.run(command_line, check=True, timeout=600, capture_output=True)
         (home / _MARKER).write_text("npm ci\n")
     return command
 

@@ -90,6 +90,9 @@ async def test_generic_cell_runs_on_the_local_engine_and_each_replica_reports_it
         assert line.startswith(f"worker-{rank} is rank {rank} of 3 on "), line
 
 
+# Every example's training, one job after another: over the suite's 300 s once, on a machine
+# building the control plane beside two other test workers (a cell may take NotebookClient's 600).
+@pytest.mark.timeout(900)
 def test_the_notebook_runs_top_to_bottom_in_a_real_kernel(
     tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
