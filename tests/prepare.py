@@ -2,8 +2,8 @@
 control plane and the real controllers from their Go modules, helm, Enterprise Gateway's
 virtualenv, the hub's proxy and the previous release's virtualenv (tests/compat).
 
-`.ci/test` starts `python -m tests.prepare --report FILE` in the background as soon as the
-virtualenv exists, and runs the tiers that need none of it meanwhile; a tier that needs a
+`.ci/test` starts `python -m tests.prepare --report FILE` in the background before set-up
+(it needs only Python and PyYAML), and runs the tiers that need none of it meanwhile; a tier that needs a
 component waits for it (each component has a file lock and appears by an atomic rename, so the
 tests and this build share the cache safely). The steps run in the order the tiers need them,
 `--workers` at a time, and each one's start and end go to the report, from which `.ci/test`'s
